@@ -1,0 +1,24 @@
+"""What runs on a clock. Read by `celery beat` through tasks.app (see synedre.celeryconfig)."""
+from synedre.config import get_settings
+from synedre.mail import registry
+from tasks.app import app
+
+
+def schedule() -> dict:
+    s = get_settings()
+    entries = {}
+    try:
+        boxes = registry.load()
+    except registry.RegistryError:
+        boxes = {}
+    for box in boxes:
+        # The safety net behind IDLE. `expires`: polls queued during an outage are
+        # dropped instead of piling up (the poll tolerates running twice anyway).
+        entries[f"poll-{box}"] = {
+            "task": "synedre.poll", "schedule": s.poll_interval_s, "args": [box],
+            "options": {"expires": s.poll_interval_s - 5},
+        }
+    return entries
+
+
+app.conf.beat_schedule = schedule()

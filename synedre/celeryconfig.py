@@ -1,0 +1,45 @@
+"""The one Celery configuration, loaded by every worker, beat, Flower and the CLI."""
+from kombu import Queue
+
+from synedre.config import VISIBILITY_TIMEOUT_S, get_settings
+
+# One queue per stage (SPEC §1), in pipeline order.
+STAGES = ["poll", "scan", "ocr", "classify", "materialize", "spawn", "deploy", "qa", "recap"]
+# Worker processes of `synedre fleet`: queue group -> (queues, concurrency).
+GROUPS = {
+    "ingest": (["poll"], 2),
+    "understand": (["scan", "ocr", "classify", "materialize"], 2),
+    "spawn": (["spawn"], 3),
+    "after": (["deploy", "qa", "recap"], 2),
+}
+
+_settings = get_settings()
+broker_url = _settings.broker_url
+broker_connection_retry_on_startup = True
+broker_transport_options = {"visibility_timeout": VISIBILITY_TIMEOUT_S}
+result_backend = None
+task_ignore_result = True
+
+task_queues = [Queue(name) for name in STAGES]
+task_default_queue = "poll"
+task_routes = {f"synedre.{name}": {"queue": name} for name in STAGES}
+
+task_serializer = "json"
+accept_content = ["json"]
+# Short stages are idempotent: acknowledge only once done, so a killed worker's task
+# is redelivered rather than lost; take one message at a time.
+task_acks_late = True
+task_reject_on_worker_lost = True
+worker_prefetch_multiplier = 1
+worker_hijack_root_logger = False
+worker_send_task_events = True
+task_send_sent_event = True
+
+imports = ["tasks.poll", "beat_schedule"]
+
+beat_scheduler = "redbeat.RedBeatScheduler"
+redbeat_redis_url = broker_url
+redbeat_key_prefix = "synedre:redbeat"
+# The lock that makes one beat the scheduler; a second beat waits for it.
+redbeat_lock_timeout = 5 * 60
+beat_max_loop_interval = 5

@@ -1,0 +1,178 @@
+"""The `synedre` command."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from synedre import log as logging_setup
+from synedre.config import get_settings
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
+directory_app = typer.Typer(no_args_is_help=True, help="Founder, clients, people, chantiers.")
+app.add_typer(db_app, name="db")
+app.add_typer(directory_app, name="directory")
+console = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 1) -> None:
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+@app.callback()
+def _main() -> None:
+    s = get_settings()
+    logging_setup.configure(s.log_format, s.log_level)
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply pending migrations (idempotent; refuses a database with unknown migrations)."""
+    from synedre.db.migrate import MigrationError, upgrade
+
+    try:
+        done = upgrade(get_settings().migrations_dir)
+    except MigrationError as exc:
+        fail(str(exc))
+    console.print(f"applied: {', '.join(done)}" if done else "database is up to date")
+
+
+@db_app.command("status")
+def db_status() -> None:
+    """List applied and pending migrations."""
+    from synedre.db.migrate import status
+
+    console.print_json(data=status(get_settings().migrations_dir))
+
+
+@directory_app.command("import")
+def directory_import(file: Path) -> None:
+    """Load the directory from a JSON file; re-importing updates, never duplicates."""
+    from pydantic import ValidationError
+
+    from synedre import db
+    from synedre.db.directory import Directory, import_directory
+
+    try:
+        d = Directory.model_validate_json(file.read_bytes())
+    except (OSError, ValidationError) as exc:
+        fail(f"cannot import {file}: {exc}")
+    with db.transaction() as conn:
+        counts = import_directory(conn, d)
+    console.print(f"imported {counts}")
+
+
+@app.command()
+def inspect(
+    message: Optional[str] = typer.Argument(None, help="Message-ID header value or internal id"),
+    all_: bool = typer.Option(False, "--all", help="Every message"),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output"),
+) -> None:
+    """Show a message (or all of them) with its status and audit trail."""
+    from synedre import db
+    from synedre.db import messages
+
+    if not all_ and not message:
+        fail("give a MESSAGE or --all", 2)
+    with db.transaction() as conn:
+        ids = None
+        if not all_:
+            mid = messages.lookup(conn, message)
+            if mid is None:
+                fail(f"no message {message!r}")
+            ids = [mid]
+        rows = messages.describe(conn, ids)
+    if as_json:
+        sys.stdout.write(json.dumps(rows if all_ else rows[0], ensure_ascii=False, indent=1) + "\n")
+        return
+    table = Table("id", "status", "dkim", "intent", "client", "subject", "audits")
+    for r in rows:
+        client = r["client"] and f"{r['client']['codename']} ({r['client']['source']})"
+        intent = r["intent"] and f"{r['intent']}/{r['complexity']} {r['confidence']:.2f}"
+        table.add_row(str(r["id"]), r["status"], "✓" if r["dkim_pass"] else "✗", intent or "",
+                      client or "", (r["subject"] or "")[:50], ", ".join(r["audits"]))
+    console.print(table)
+
+
+@app.command()
+def poll(mailbox: str = typer.Argument("atlas"),
+         wait: bool = typer.Option(False, help="Run here and now instead of enqueueing")) -> None:
+    """Ask for a poll of a mailbox (the same task beat and IDLE trigger)."""
+    from synedre.mail.registry import RegistryError
+
+    try:
+        if wait:
+            from tasks.poll import poll as poll_task
+            console.print_json(data=poll_task.apply(args=[mailbox]).get())
+        else:
+            from tasks.app import app as celery
+            console.print(f"enqueued {celery.send_task('synedre.poll', args=[mailbox]).id}")
+    except RegistryError as exc:
+        fail(str(exc))
+
+
+@app.command()
+def idle() -> None:
+    """Watch every registered mailbox with IMAP IDLE and trigger polls (run by the fleet)."""
+    import signal
+
+    from synedre.ingest.idle import watch_all
+    from synedre.mail import registry
+    from tasks.app import app as celery
+
+    try:
+        boxes = list(registry.load().values())
+    except registry.RegistryError as exc:
+        fail(str(exc), 2)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    expires = get_settings().poll_interval_s
+    watch_all(boxes, lambda box: celery.send_task("synedre.poll", args=[box], expires=expires), stop)
+
+
+@app.command()
+def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to finish on stop")) -> None:
+    """Run everything: migrations, then beat, the workers and the IDLE watcher."""
+    from synedre import db, fleet as fleet_mod, kv
+    from synedre.db.migrate import MigrationError, upgrade
+    from synedre.mail import registry
+
+    s = get_settings()
+    try:
+        boxes = registry.load()
+        for box in boxes.values():
+            box.password()
+    except registry.RegistryError as exc:
+        fail(str(exc), 2)
+    try:
+        kv.client().ping()
+    except Exception as exc:
+        fail(f"Redis at SYNEDRE_BROKER_URL is not reachable ({type(exc).__name__}); "
+             "start it or point SYNEDRE_BROKER_URL at one", 2)
+    env = dict(os.environ, SYNEDRE_DATABASE_URL=db.database_url(s))
+    try:
+        done = upgrade(s.migrations_dir, env["SYNEDRE_DATABASE_URL"])
+    except MigrationError as exc:
+        fail(str(exc))
+    console.print(f"[green]database ready[/] ({len(done)} migration(s) applied); "
+                  f"mailboxes: {', '.join(boxes)}; Ctrl-C stops everything cleanly")
+    raise typer.Exit(fleet_mod.supervise(fleet_mod.children(), env, grace))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""SQL for the message aggregate: raw bytes, state row, attachments, audit log."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    mailbox: str
+    uidvalidity: int
+    uid: int
+    message_id: str
+    synthetic_id: bool
+    envelope_from: str | None
+    subject: str | None
+    headers: list[tuple[str, str]]
+    raw: bytes
+    dkim_pass: bool
+    status: str  # received | parse_failed
+    attachments_dir: str | None
+    attachments: list[dict[str, Any]]
+    audits: list[tuple[str, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Existing:
+    id: int
+    status: str
+    same_uid: bool  # the very same IMAP delivery seen again (a retried poll)
+
+
+def audit(conn: psycopg.Connection, message_id: int | None, event: str, **detail: Any) -> None:
+    conn.execute("INSERT INTO synedre.audit_log (message_id, event, detail) VALUES (%s, %s, %s)",
+                  (message_id, event, Jsonb(detail)))
+
+
+def insert_message(conn: psycopg.Connection, m: NewMessage) -> int | None:
+    """Raw row, state row, attachments and audit in the caller's transaction.
+
+    Returns the new id, or None when the message is already stored: the unique
+    constraints decide, so concurrent polls cannot both insert it.
+    """
+    row = conn.execute(
+        """INSERT INTO synedre.raw_messages
+             (mailbox, uidvalidity, uid, message_id, message_id_synthetic, envelope_from,
+              subject, headers, raw, size, dkim_pass)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+           ON CONFLICT DO NOTHING RETURNING id""",
+        (m.mailbox, m.uidvalidity, m.uid, m.message_id, m.synthetic_id, m.envelope_from,
+         m.subject, Jsonb(m.headers), m.raw, len(m.raw), m.dkim_pass),
+    ).fetchone()
+    if row is None:
+        return None
+    mid = row["id"]
+    conn.execute(
+        "INSERT INTO synedre.email_states (message_id, status, attachments_dir) VALUES (%s, %s, %s)",
+        (mid, m.status, m.attachments_dir))
+    if m.attachments:
+        with conn.cursor() as cur:
+            cur.executemany(
+                """INSERT INTO synedre.attachments
+                     (message_id, idx, filename, content_type, size, sha256, stored_name)
+                   VALUES (%(mid)s, %(idx)s, %(filename)s, %(content_type)s, %(size)s,
+                           %(sha256)s, %(stored_name)s)""",
+                [{**a, "mid": mid} for a in m.attachments])
+    for event, detail in m.audits:
+        audit(conn, mid, event, **detail)
+    return mid
+
+
+def find_existing(conn: psycopg.Connection, mailbox: str, uidvalidity: int, uid: int,
+                  message_id: str) -> Existing | None:
+    row = conn.execute(
+        """SELECT r.id, s.status, (r.uidvalidity = %s AND r.uid = %s) AS same_uid
+             FROM synedre.raw_messages r JOIN synedre.email_states s ON s.message_id = r.id
+            WHERE r.mailbox = %s AND ((r.uidvalidity = %s AND r.uid = %s) OR r.message_id = %s)
+            ORDER BY same_uid DESC LIMIT 1""",
+        (uidvalidity, uid, mailbox, uidvalidity, uid, message_id)).fetchone()
+    return Existing(row["id"], row["status"], row["same_uid"]) if row else None
+
+
+def lookup(conn: psycopg.Connection, ref: str) -> int | None:
+    """A message by internal id or by Message-ID header value (brackets optional)."""
+    if ref.isdigit():
+        row = conn.execute("SELECT id FROM synedre.raw_messages WHERE id = %s", (int(ref),)).fetchone()
+        if row:
+            return row["id"]
+    bare = ref.strip().strip("<>")
+    row = conn.execute(
+        "SELECT id FROM synedre.raw_messages WHERE message_id IN (%s, %s) ORDER BY id LIMIT 1",
+        (f"<{bare}>", bare)).fetchone()
+    return row["id"] if row else None
+
+
+def describe(conn: psycopg.Connection, ids: list[int] | None = None) -> list[dict[str, Any]]:
+    """What `synedre inspect` shows, one dict per message, in arrival order."""
+    rows = conn.execute(
+        """SELECT r.id, r.message_id, r.subject, r.mailbox, r.envelope_from, r.dkim_pass,
+                  r.received_at, s.status, s.intent, s.complexity, s.confidence, s.client_source,
+                  c.codename AS client, s.run_id, s.question_id, s.negotiation_id, s.advice_id,
+                  ch.codename AS chantier,
+                  COALESCE((SELECT array_agg(a.event ORDER BY a.id) FROM synedre.audit_log a
+                             WHERE a.message_id = r.id), '{}') AS audits
+             FROM synedre.raw_messages r
+             JOIN synedre.email_states s ON s.message_id = r.id
+             LEFT JOIN synedre.clients c ON c.id = s.client_id
+             LEFT JOIN synedre.chantiers ch ON ch.id = s.chantier_id
+            WHERE %(all)s OR r.id = ANY(%(ids)s)
+            ORDER BY r.id""",
+        {"all": ids is None, "ids": ids or []}).fetchall()
+    out = []
+    for r in rows:
+        kinds = {"run": r["run_id"], "question": r["question_id"],
+                 "negociation": r["negotiation_id"], "conseil": r["advice_id"]}
+        kind = next((k for k, v in kinds.items() if v is not None), None)
+        out.append({
+            "id": r["id"], "message_id": r["message_id"], "subject": r["subject"],
+            "from": r["envelope_from"], "mailbox": r["mailbox"],
+            "received_at": r["received_at"].isoformat(), "status": r["status"],
+            "dkim_pass": r["dkim_pass"], "intent": r["intent"], "complexity": r["complexity"],
+            "confidence": r["confidence"],
+            "client": {"codename": r["client"], "source": r["client_source"]}
+            if r["client"] or r["client_source"] else None,
+            "materialized": {"kind": kind, "id": kinds[kind]} if kind else None,
+            "chantier": r["chantier"], "audits": list(r["audits"]),
+        })
+    return out

@@ -1,0 +1,95 @@
+"""`synedre fleet`: beat, one worker per queue group and the IDLE watcher, supervised."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from synedre.log import log
+
+RESTART_BACKOFF_MAX_S = 30.0
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    proc: subprocess.Popen | None = None
+    backoff: float = 1.0
+    restart_at: float = 0.0
+    started_at: float = field(default=0.0)
+
+    def start(self, env: dict[str, str]) -> None:
+        # Own session: a terminal Ctrl-C reaches only the supervisor, which then stops
+        # each child once, cleanly (Celery's warm shutdown finishes running tasks).
+        self.proc = subprocess.Popen(self.argv, env=env, start_new_session=True)
+        self.started_at = time.monotonic()
+        log.info("fleet_child_started", child=self.name, pid=self.proc.pid)
+
+
+def implemented_groups() -> dict[str, tuple[list[str], int]]:
+    """Queue groups whose every stage has a task in this release."""
+    from synedre.celeryconfig import GROUPS
+    from tasks.app import app
+
+    app.loader.import_default_modules()
+    return {g: (qs, c) for g, (qs, c) in GROUPS.items()
+            if all(f"synedre.{q}" in app.tasks for q in qs)}
+
+
+def children() -> list[Child]:
+    py = sys.executable
+    out = [Child("beat", [py, "-m", "celery", "-A", "tasks", "beat", "--loglevel", "INFO",
+                          "-S", "redbeat.RedBeatScheduler"]),
+           Child("idle", [py, "-m", "synedre.cli", "idle"])]
+    for group, (queues, concurrency) in implemented_groups().items():
+        out.append(Child(group, [py, "-m", "celery", "-A", "tasks", "worker", "--loglevel", "INFO",
+                                 "-Q", ",".join(queues), "-c", str(concurrency),
+                                 "-n", f"{group}@%h"]))
+    return out
+
+
+def supervise(kids: list[Child], env: dict[str, str], grace_s: float) -> int:
+    stopping = False
+
+    def _stop(signum, _frame):
+        nonlocal stopping
+        if stopping:
+            return
+        stopping = True
+        log.info("fleet_stopping", signal=signal.Signals(signum).name, grace_s=grace_s)
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    for k in kids:
+        k.start(env)
+    while not stopping:
+        time.sleep(0.5)
+        now = time.monotonic()
+        for k in kids:
+            if k.proc and k.proc.poll() is not None and not stopping:
+                log.error("fleet_child_exited", child=k.name, code=k.proc.returncode,
+                          restart_in_s=k.backoff)
+                # A child that ran a while before dying starts again from a short backoff.
+                k.backoff = 1.0 if now - k.started_at > 60 else min(k.backoff * 2, RESTART_BACKOFF_MAX_S)
+                k.restart_at, k.proc = now + k.backoff, None
+            elif k.proc is None and now >= k.restart_at:
+                k.start(env)
+    for k in kids:
+        if k.proc and k.proc.poll() is None:
+            k.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for k in kids:
+        if k.proc is None:
+            continue
+        try:
+            k.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.error("fleet_child_killed", child=k.name, reason="grace period over")
+            os.killpg(k.proc.pid, signal.SIGKILL)
+            k.proc.wait()
+    log.info("fleet_stopped")
+    return 0

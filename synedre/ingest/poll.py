@@ -1,0 +1,238 @@
+"""One poll of one mailbox: UNSEEN -> stored rows -> next stage -> \\Seen, in that order."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import psycopg
+from imapclient import IMAPClient, SEEN
+
+from synedre import db
+from synedre.config import Settings, get_settings
+from synedre.db import messages as sql
+from synedre.ingest import dkim_verify, mime
+from synedre.log import log
+from synedre.mail.registry import Mailbox
+
+# Bytes fetched per IMAP round trip, so a backlog of large messages stays flat in memory.
+FETCH_BYTES = 32 * 1024 * 1024
+
+
+@dataclass
+class PollReport:
+    mailbox: str
+    uidvalidity: int = 0
+    unseen: int = 0
+    inserted: list[int] = field(default_factory=list)
+    duplicates: int = 0
+    failed_uids: list[int] = field(default_factory=list)
+
+
+@contextmanager
+def imap(mailbox: Mailbox, settings: Settings) -> Iterator[IMAPClient]:
+    client = IMAPClient(mailbox.imap_host, port=mailbox.imap_port, ssl=mailbox.imap_tls,
+                        timeout=settings.imap_timeout_s)
+    try:
+        client.login(mailbox.username, mailbox.password())
+        yield client
+    finally:
+        try:
+            client.logout()
+        except Exception:  # the connection may already be gone; nothing to save
+            pass
+
+
+def _dnsfunc(settings: Settings):
+    return dkim_verify.keys_file_lookup(settings.dkim_keys_file) if settings.dkim_keys_file else None
+
+
+def _write_attachments(parsed: mime.ParsedMessage, settings: Settings, label: str) -> str | None:
+    if not parsed.attachments:
+        return None
+    root = settings.attachments_root.resolve()
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    directory = Path(tempfile.mkdtemp(prefix=f"{label}-", dir=root))  # mkdtemp: mode 0700
+    for a in parsed.attachments:
+        fd = os.open(directory / a.stored_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(a.payload)
+    return str(directory)
+
+
+def build(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: Settings) -> sql.NewMessage:
+    """The rows for one delivery. Never raises on bad input: it becomes `parse_failed`."""
+    base = dict(mailbox=mailbox, uidvalidity=uidvalidity, uid=uid, raw=raw)
+    origin = {"uid": uid, "uidvalidity": uidvalidity, "size": len(raw)}
+    error = None
+    if len(raw) > settings.max_message_bytes:
+        error = f"message larger than {settings.max_message_bytes} bytes"
+    else:
+        try:
+            parsed = mime.parse(raw)
+        except mime.MessageParseError as exc:
+            error = str(exc)
+    if error is not None:
+        mid, synthetic, sender, subject = mime.fallback_headers(raw)
+        return sql.NewMessage(
+            **base, message_id=mid, synthetic_id=synthetic, envelope_from=sender, subject=subject,
+            headers=[], dkim_pass=False, status="parse_failed", attachments_dir=None, attachments=[],
+            audits=[("poll_inserted", origin), ("parse_failed", {"error": error})])
+    dkim = dkim_verify.verify(raw, parsed.from_values, _dnsfunc(settings), settings.dns_timeout_s)
+    audits = [("poll_inserted", {**origin, "attachments": len(parsed.attachments),
+                                 "dkim": dkim.reason, "synthetic_message_id": parsed.synthetic_id})]
+    if parsed.defects:
+        audits.append(("parse_defects", {"defects": parsed.defects}))
+    return sql.NewMessage(
+        **base, message_id=parsed.message_id, synthetic_id=parsed.synthetic_id,
+        envelope_from=parsed.envelope_from, subject=parsed.subject, headers=parsed.headers,
+        dkim_pass=dkim.passed, status="received",
+        attachments_dir=_write_attachments(parsed, settings, f"{mailbox}-{uidvalidity}-{uid}"),
+        attachments=[{"idx": a.idx, "filename": a.filename, "content_type": a.content_type,
+                      "size": len(a.payload), "sha256": a.sha256, "stored_name": a.stored_name}
+                     for a in parsed.attachments],
+        audits=audits)
+
+
+def _store(new: sql.NewMessage) -> int | None:
+    try:
+        with db.transaction() as conn:
+            return sql.insert_message(conn, new)
+    except Exception:
+        if new.attachments_dir:
+            shutil.rmtree(new.attachments_dir, ignore_errors=True)
+        raise
+
+
+def ingest_one(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: Settings,
+               enqueue: Callable[[int], None]) -> int | None:
+    """Store one delivery exactly once and hand it to the next stage. Returns the new id."""
+    with db.transaction() as conn:
+        existing = sql.find_existing(conn, mailbox, uidvalidity, uid,
+                                     mime.fallback_headers(raw)[0])
+    new = None
+    if existing is None:
+        new = build(raw, mailbox, uidvalidity, uid, settings)
+        try:
+            new_id = _store(new)
+        except psycopg.DataError as exc:
+            # Something in the parsed fields PostgreSQL refuses: keep the bytes anyway.
+            log.warning("store_parsed_failed", uid=uid, error=type(exc).__name__)
+            mid, synthetic, sender, subject = mime.fallback_headers(raw)
+            new = sql.NewMessage(
+                mailbox=mailbox, uidvalidity=uidvalidity, uid=uid, raw=raw, message_id=mid,
+                synthetic_id=synthetic, envelope_from=None, subject=None, headers=[],
+                dkim_pass=False, status="parse_failed", attachments_dir=None, attachments=[],
+                audits=[("poll_inserted", {"uid": uid, "uidvalidity": uidvalidity}),
+                        ("parse_failed", {"error": f"storage refused parsed fields: {type(exc).__name__}"})])
+            new_id = _store(new)
+        if new_id is not None:
+            log.info("poll_inserted", message=new_id, uid=uid, status=new.status)
+            if new.status == "received":
+                enqueue(new_id)
+            return new_id
+        with db.transaction() as conn:  # lost a race: the other poll stored it first
+            existing = sql.find_existing(conn, mailbox, uidvalidity, uid, new.message_id)
+    if existing is None:
+        raise RuntimeError(f"uid {uid}: insert refused but no existing row found")
+    if existing.same_uid:
+        # The same delivery again: a poll died after commit. The next stage is
+        # idempotent, so re-enqueueing a message still at `received` loses nothing.
+        if existing.status == "received":
+            enqueue(existing.id)
+    else:
+        with db.transaction() as conn:
+            sql.audit(conn, existing.id, "poll_duplicate",
+                      uid=uid, uidvalidity=uidvalidity, mailbox=mailbox)
+    log.info("poll_duplicate", message=existing.id, uid=uid, same_uid=existing.same_uid)
+    return None
+
+
+def _chunks(sizes: dict[int, int], batch: int) -> Iterator[list[int]]:
+    chunk: list[int] = []
+    total = 0
+    for uid in sorted(sizes):
+        if chunk and (len(chunk) >= batch or total + sizes[uid] > FETCH_BYTES):
+            yield chunk
+            chunk, total = [], 0
+        chunk.append(uid)
+        total += sizes[uid]
+    if chunk:
+        yield chunk
+
+
+def poll(mailbox: Mailbox, enqueue: Callable[[int], None], settings: Settings | None = None,
+         before_seen: Callable[[list[int]], None] | None = None) -> PollReport:
+    settings = settings or get_settings()
+    report = PollReport(mailbox.id)
+    with imap(mailbox, settings) as client:
+        info = client.select_folder(mailbox.folder)
+        report.uidvalidity = uidvalidity = int(info[b"UIDVALIDITY"])
+        uids = client.search(["UNSEEN"])
+        report.unseen = len(uids)
+        if not uids:
+            return report
+        sizes = {uid: int(d.get(b"RFC822.SIZE", 0))
+                 for uid, d in client.fetch(uids, ["RFC822.SIZE"]).items()}
+        for chunk in _chunks(sizes, settings.poll_batch):
+            done = []
+            for uid, data in client.fetch(chunk, ["BODY.PEEK[]"]).items():
+                raw = data.get(b"BODY[]")
+                if raw is None:
+                    continue  # expunged meanwhile
+                try:
+                    new_id = ingest_one(raw, mailbox.id, uidvalidity, uid, settings, enqueue)
+                except psycopg.OperationalError:
+                    raise  # the database is down: retry the whole poll later
+                except Exception as exc:
+                    # Never let one message block the ones after it; it stays UNSEEN and
+                    # is retried by the next poll.
+                    log.error("poll_uid_failed", uid=uid, error=f"{type(exc).__name__}: {exc}"[:300])
+                    report.failed_uids.append(uid)
+                    continue
+                if new_id is None:
+                    report.duplicates += 1
+                else:
+                    report.inserted.append(new_id)
+                done.append(uid)
+            if done:
+                if before_seen:
+                    before_seen(done)
+                client.add_flags(done, [SEEN])  # only after the rows are committed
+    return report
+
+
+def run_coalesced(mailbox: Mailbox, enqueue: Callable[[int], None],
+                  settings: Settings | None = None) -> PollReport | None:
+    """Poll under a per-mailbox Redis lock; a poll asked for meanwhile runs right after.
+
+    Concurrent triggers (beat, IDLE, `celery call`) therefore never poll one mailbox
+    twice at once, and none is lost: a trigger that finds the lock taken leaves a flag
+    the holder honours before it leaves. Returns None when another poll holds the lock.
+    """
+    from synedre import kv
+
+    settings = settings or get_settings()
+    r = kv.client()
+    key = f"synedre:poll:{mailbox.id}"
+    r.set(f"{key}:again", 1, ex=600)
+    lock = r.lock(key, timeout=600, blocking=False, thread_local=False)
+    report = None
+    while lock.acquire(token=uuid.uuid4().hex):
+        try:
+            r.delete(f"{key}:again")
+            report = poll(mailbox, enqueue, settings,
+                          before_seen=lambda _: lock.reacquire())
+        finally:
+            try:
+                lock.release()
+            except Exception:  # expired while we worked: the next holder owns it now
+                pass
+        if not r.delete(f"{key}:again"):
+            break
+    return report

@@ -1,0 +1,20 @@
+"""Queue `poll`: ingest one mailbox (SPEC §3)."""
+import structlog
+from imapclient.exceptions import IMAPClientError
+
+from synedre.ingest.poll import run_coalesced
+from synedre.mail import registry
+from tasks.app import app, enqueue
+
+TRANSIENT = (OSError, IMAPClientError, ConnectionError)
+
+
+@app.task(name="synedre.poll", bind=True, autoretry_for=TRANSIENT, retry_backoff=5,
+          retry_backoff_max=60, max_retries=5, soft_time_limit=1800, time_limit=1900)
+def poll(self, mailbox_id: str = "atlas") -> dict:
+    structlog.contextvars.bind_contextvars(mailbox=mailbox_id, task_id=self.request.id)
+    report = run_coalesced(registry.get(mailbox_id), lambda mid: enqueue("scan", mid))
+    if report is None:
+        return {"mailbox": mailbox_id, "skipped": "another poll holds the lock"}
+    return {"mailbox": mailbox_id, "unseen": report.unseen, "inserted": len(report.inserted),
+            "duplicates": report.duplicates, "failed_uids": report.failed_uids}

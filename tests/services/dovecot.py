@@ -1,0 +1,225 @@
+"""Run a real, throwaway Dovecot IMAP server for tests and benchmarks.
+
+Written for Dovecot 2.3 (Debian ``dovecot-imapd``); 2.4 changed most config
+keys, so other versions are rejected up front with a clear error.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import imapclient
+
+DOVECOT_BIN = shutil.which("dovecot") or "/usr/sbin/dovecot"
+
+CONFIG_TEMPLATE = """\
+protocols = imap
+listen = 127.0.0.1
+base_dir = {root}/run
+state_dir = {root}/state
+log_path = {root}/dovecot.log
+ssl = no
+disable_plaintext_auth = no
+auth_mechanisms = plain login
+default_internal_user = {internal_user}
+default_login_user = {login_user}
+first_valid_uid = {mail_uid}
+last_valid_uid = {mail_uid}
+mail_uid = {mail_uid}
+mail_gid = {mail_gid}
+mail_location = maildir:{root}/home/%u/Maildir
+# Tests open many parallel connections for one user from one IP.
+mail_max_userip_connections = 200
+default_process_limit = 250
+# inotify wakes IDLE immediately (plus Dovecot's fixed 500 ms batching delay);
+# this poll interval is only the fallback when inotify is unavailable.
+mailbox_idle_check_interval = 1 secs
+# Throwaway data: skip fsync so bulk APPENDs are fast.
+mail_fsync = never
+
+passdb {{
+  driver = passwd-file
+  args = scheme=PLAIN {root}/users
+}}
+userdb {{
+  driver = static
+  args = uid={mail_uid} gid={mail_gid} home={root}/home/%u
+}}
+
+service imap-login {{
+  inet_listener imap {{
+    address = 127.0.0.1
+    port = {port}
+  }}
+  inet_listener imaps {{
+    port = 0
+  }}
+  # One long-lived login process instead of a fork per connection.
+  service_count = 0
+}}
+service pop3-login {{
+  inet_listener pop3 {{
+    port = 0
+  }}
+}}
+"""
+
+
+def dovecot_version() -> str:
+    out = subprocess.run([DOVECOT_BIN, "--version"], capture_output=True, text=True, check=True)
+    return out.stdout.split()[0]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _user_or(name: str, fallback: str) -> str:
+    try:
+        pwd.getpwnam(name)
+        return name
+    except KeyError:
+        return fallback
+
+
+def _make_traversable(path: Path) -> None:
+    # mkdtemp/pytest tmp dirs are 0700, but Dovecot's unprivileged processes
+    # (mail, dovecot, dovenull) must be able to walk down to their files.
+    for p in [path, *path.parents]:
+        mode = p.stat().st_mode
+        if mode & 0o011 != 0o011:
+            p.chmod(mode | 0o011)
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "<missing>"
+
+
+@dataclass
+class Dovecot:
+    host: str
+    port: int
+    username: str
+    password: str
+    base_dir: Path
+    process: subprocess.Popen | None = field(default=None, repr=False)
+    owns_base_dir: bool = field(default=False, repr=False)
+
+    def client(self) -> imapclient.IMAPClient:
+        c = imapclient.IMAPClient(self.host, port=self.port, ssl=False, timeout=10)
+        c.login(self.username, self.password)
+        return c
+
+    @property
+    def log_path(self) -> Path:
+        return self.base_dir / "dovecot.log"
+
+    def stop(self) -> None:
+        proc, self.process = self.process, None
+        if proc is not None:
+            atexit.unregister(self.stop)
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+            # Children (imap, auth, log...) share the session's process group.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        if self.owns_base_dir:
+            self.owns_base_dir = False
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+
+def _launch(root: Path, port: int, username: str, password: str) -> subprocess.Popen:
+    mail = pwd.getpwnam("mail")
+    conf = root / "dovecot.conf"
+    conf.write_text(
+        CONFIG_TEMPLATE.format(
+            root=root,
+            port=port,
+            mail_uid=mail.pw_uid,
+            mail_gid=mail.pw_gid,
+            internal_user=_user_or("dovecot", "mail"),
+            login_user=_user_or("dovenull", "mail"),
+        )
+    )
+    users = root / "users"
+    users.write_text(f"{username}:{{PLAIN}}{password}\n")
+    users.chmod(0o644)  # read by the unprivileged auth process
+
+    maildir = root / "home" / username / "Maildir"
+    maildir.mkdir(parents=True, exist_ok=True)
+    for p in (root / "home", root / "home" / username, maildir):
+        os.chown(p, mail.pw_uid, mail.pw_gid)
+
+    stderr = open(root / "dovecot.stderr", "wb")
+    try:
+        return subprocess.Popen(
+            [DOVECOT_BIN, "-F", "-c", str(conf)],
+            stdin=subprocess.DEVNULL,
+            stdout=stderr,
+            stderr=stderr,
+            start_new_session=True,
+        )
+    finally:
+        stderr.close()
+
+
+def start_dovecot(
+    base_dir: Path | None = None,
+    username: str = "atlas",
+    password: str = "atlas-test-pw",
+    timeout: float = 15.0,
+) -> Dovecot:
+    version = dovecot_version()
+    if not re.match(r"2\.3\.", version):
+        raise RuntimeError(f"tests/services/dovecot.py supports Dovecot 2.3.x, found {version}")
+
+    owns = base_dir is None
+    root = Path(tempfile.mkdtemp(prefix="dovecot-")) if owns else Path(base_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    root = root.resolve()
+    _make_traversable(root)
+
+    # The port is probed then released, so another process may grab it first;
+    # retry with a fresh port if Dovecot cannot bind.
+    for attempt in range(3):
+        dc = Dovecot("127.0.0.1", _free_port(), username, password, root, None, owns)
+        dc.process = _launch(root, dc.port, username, password)
+        atexit.register(dc.stop)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and dc.process.poll() is None:
+            try:
+                dc.client().logout()
+                return dc
+            except (OSError, imapclient.exceptions.IMAPClientError):
+                time.sleep(0.05)
+        detail = f"--- dovecot.log ---\n{_tail(dc.log_path)}\n--- stderr ---\n{_tail(root / 'dovecot.stderr')}"
+        dc.owns_base_dir = False  # keep files for the error message / debugging
+        dc.stop()
+        if "Address already in use" not in detail or attempt == 2:
+            if owns:
+                shutil.rmtree(root, ignore_errors=True)
+            raise RuntimeError(f"Dovecot did not accept a login on port {dc.port}:\n{detail}")
+    raise AssertionError("unreachable")
