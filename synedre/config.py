@@ -29,6 +29,7 @@ class Settings(BaseSettings):
     imap_timeout_s: float = 30.0
     poll_batch: int = 50
     poll_interval_s: float = 60.0
+    poll_lock_ttl_s: float = 60.0
     dns_timeout_s: float = 5.0
     max_message_bytes: int = 64 * 1024 * 1024
     db_pool_max: int = 4

@@ -167,7 +167,7 @@ def _chunks(sizes: dict[int, int], batch: int) -> Iterator[list[int]]:
 
 
 def poll(mailbox: Mailbox, enqueue: Callable[[int], None], settings: Settings | None = None,
-         before_seen: Callable[[list[int]], None] | None = None) -> PollReport:
+         heartbeat: Callable[[], object] = lambda: None) -> PollReport:
     settings = settings or get_settings()
     report = PollReport(mailbox.id)
     with imap(mailbox, settings) as client:
@@ -182,6 +182,7 @@ def poll(mailbox: Mailbox, enqueue: Callable[[int], None], settings: Settings | 
         for chunk in _chunks(sizes, settings.poll_batch):
             done = []
             for uid, data in client.fetch(chunk, ["BODY.PEEK[]"]).items():
+                heartbeat()
                 raw = data.get(b"BODY[]")
                 if raw is None:
                     continue  # expunged meanwhile
@@ -201,8 +202,7 @@ def poll(mailbox: Mailbox, enqueue: Callable[[int], None], settings: Settings | 
                     report.inserted.append(new_id)
                 done.append(uid)
             if done:
-                if before_seen:
-                    before_seen(done)
+                heartbeat()
                 client.add_flags(done, [SEEN])  # only after the rows are committed
     return report
 
@@ -221,13 +221,13 @@ def run_coalesced(mailbox: Mailbox, enqueue: Callable[[int], None],
     r = kv.client()
     key = f"synedre:poll:{mailbox.id}"
     r.set(f"{key}:again", 1, ex=600)
-    lock = r.lock(key, timeout=600, blocking=False, thread_local=False)
+    # A short TTL renewed after every message: a killed poller blocks others briefly.
+    lock = r.lock(key, timeout=settings.poll_lock_ttl_s, blocking=False, thread_local=False)
     report = None
     while lock.acquire(token=uuid.uuid4().hex):
         try:
             r.delete(f"{key}:again")
-            report = poll(mailbox, enqueue, settings,
-                          before_seen=lambda _: lock.reacquire())
+            report = poll(mailbox, enqueue, settings, heartbeat=lock.reacquire)
         finally:
             try:
                 lock.release()

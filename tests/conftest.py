@@ -1,0 +1,86 @@
+"""Fixtures that start the real services: embedded PostgreSQL + pgvector, Redis, Dovecot."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.services import stack
+from tests.services.dovecot import start_dovecot
+
+SHARED = stack.ROOT.parent / "shared"
+CORPUS = SHARED / "corpus"
+# Tests never touch the default Redis database a developer's fleet uses.
+os.environ["SYNEDRE_BROKER_URL"] = stack.TEST_REDIS_URL
+os.environ.setdefault("SYNEDRE_LOG_LEVEL", "INFO")
+
+
+def _reset_settings() -> None:
+    from synedre.config import get_settings
+    from synedre import kv
+
+    get_settings.cache_clear()
+    kv.client.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def pg_url(tmp_path_factory) -> str:
+    server = stack.start_pg(tmp_path_factory.mktemp("pg") / "data")
+    url = server.get_uri()
+    os.environ["SYNEDRE_DATABASE_URL"] = url
+    _reset_settings()
+    from synedre.config import get_settings
+    from synedre.db.migrate import upgrade
+
+    upgrade(get_settings().migrations_dir, url)
+    yield url
+    server.cleanup()
+
+
+MESSAGE_TABLES = "audit_log, attachments, email_states, negotiations, advices, reply_drafts, " \
+                 "launch_events, launches, runs, questions, raw_messages"
+
+
+@pytest.fixture
+def db(pg_url, tmp_path, monkeypatch):
+    """A database with the schema and no messages; settings point at it."""
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {', '.join('synedre.' + t.strip() for t in MESSAGE_TABLES.split(','))} "
+                     "RESTART IDENTITY CASCADE")
+    monkeypatch.setenv("SYNEDRE_STATE_DIR", str(tmp_path / "state"))
+    _reset_settings()
+    yield pg_url
+    _reset_settings()
+
+
+@pytest.fixture
+def redis_db():
+    import redis
+
+    r = redis.Redis.from_url(stack.TEST_REDIS_URL)
+    r.flushdb()
+    yield r
+    r.flushdb()
+
+
+@pytest.fixture
+def dovecot(tmp_path):
+    server = start_dovecot(tmp_path / "dovecot")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def services(db, redis_db, dovecot, tmp_path, monkeypatch):
+    """Everything ingestion needs, and the environment a child process must get."""
+    env = {**stack.mailbox_env(dovecot, tmp_path), "SYNEDRE_DKIM_KEYS_FILE": str(CORPUS / "dkim-keys.json")}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    _reset_settings()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    return {"env": dict(os.environ), "dovecot": dovecot, "redis": redis_db, "logs": logs,
+            "db": db}

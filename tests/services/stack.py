@@ -1,0 +1,108 @@
+"""Real services for tests and benchmarks: embedded PostgreSQL, Celery processes, helpers."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+import warnings
+from pathlib import Path
+from typing import Callable
+
+from tests.services.dovecot import Dovecot
+
+ROOT = Path(__file__).resolve().parents[2]
+TEST_REDIS_URL = os.environ.get("SYNEDRE_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+
+
+def start_pg(pgdata: Path):
+    """An embedded PostgreSQL 16 with pgvector; returns the server handle (get_uri())."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pgserver
+    return pgserver.get_server(pgdata, cleanup_mode="stop")
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def mailbox_env(dovecot: Dovecot, directory: Path, mailbox: str = "atlas") -> dict[str, str]:
+    path = directory / "mailboxes.toml"
+    path.write_text(
+        f'[mailboxes.{mailbox}]\nimap_host = "{dovecot.host}"\nimap_port = {dovecot.port}\n'
+        f'imap_tls = false\nsmtp_host = "{dovecot.host}"\nsmtp_port = 25\nsmtp_tls = false\n'
+        f'username = "{dovecot.username}"\npassword_env = "TEST_ATLAS_PASSWORD"\nfolder = "INBOX"\n')
+    return {"SYNEDRE_MAILBOXES_FILE": str(path), "TEST_ATLAS_PASSWORD": dovecot.password}
+
+
+class Proc:
+    """A child process in its own session, its output in a log file."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_dir: Path):
+        self.name = name
+        self.log = log_dir / f"{name}-{uuid.uuid4().hex[:6]}.log"
+        self._out = open(self.log, "wb")
+        self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=self._out,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_output(self, needle: str, timeout: float = 30) -> None:
+        def seen():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited ({self.proc.returncode}):\n{self.output()[-3000:]}")
+            return needle in self.output()
+        wait_for(seen, timeout, f"{needle!r} from {self.name}", interval=0.1)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._out.close()
+        return self.proc.returncode
+
+
+def celery_worker(env: dict[str, str], log_dir: Path, queues: str = "poll", concurrency: int = 2,
+                  pool: str = "prefork", module: list[str] | None = None) -> Proc:
+    argv = [sys.executable, *(module or ["-m", "celery"]), "-A", "tasks", "worker",
+            "--loglevel", "INFO", "-Q", queues, "-c", str(concurrency), "-P", pool,
+            "-n", f"test-{uuid.uuid4().hex[:8]}@%h", "--without-gossip", "--without-mingle"]
+    worker = Proc("worker", argv, env, log_dir)
+    worker.wait_output(" ready.", timeout=60)
+    return worker
+
+
+def celery_beat(env: dict[str, str], log_dir: Path) -> Proc:
+    return Proc("beat", [sys.executable, "-m", "celery", "-A", "tasks", "beat", "--loglevel",
+                         "INFO", "-S", "redbeat.RedBeatScheduler"], env, log_dir)
+
+
+def idle_watcher(env: dict[str, str], log_dir: Path) -> Proc:
+    proc = Proc("idle", [sys.executable, "-m", "synedre.cli", "idle"], env, log_dir)
+    proc.wait_output("idle_watching", timeout=30)
+    return proc
