@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from synedre import log as logging_setup
@@ -21,11 +22,11 @@ directory_app = typer.Typer(no_args_is_help=True, help="Founder, clients, people
 app.add_typer(db_app, name="db")
 app.add_typer(directory_app, name="directory")
 console = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 def fail(message: str, code: int = 1) -> None:
-    err.print(f"[bold red]error:[/] {message}")
+    err.print(f"[bold red]error:[/] {escape(message)}")
     raise typer.Exit(code)
 
 

@@ -39,12 +39,13 @@ def pg_url(tmp_path_factory) -> str:
 
 
 MESSAGE_TABLES = "audit_log, attachments, email_states, negotiations, advices, reply_drafts, " \
-                 "launch_events, launches, runs, questions, raw_messages"
+                 "launch_events, launches, runs, questions, raw_messages, " \
+                 "founder, client_persons, tenant_topology, doctrines, chantiers, clients"
 
 
 @pytest.fixture
 def db(pg_url, tmp_path, monkeypatch):
-    """A database with the schema and no messages; settings point at it."""
+    """A database with the schema and seeds but no messages nor directory; settings point at it."""
     import psycopg
 
     with psycopg.connect(pg_url, autocommit=True) as conn:

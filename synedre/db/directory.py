@@ -46,9 +46,10 @@ class Directory(BaseModel):
     @model_validator(mode="after")
     def _chantier_clients_exist(self) -> "Directory":
         known = {c.codename for c in self.clients}
-        unknown = [ch.codename for ch in self.chantiers if ch.client and ch.client not in known]
+        unknown = [f"{ch.codename} -> {ch.client}" for ch in self.chantiers
+                   if ch.client and ch.client not in known]
         if unknown:
-            raise ValueError(f"chantiers reference clients not in the file: {', '.join(unknown)}")
+            raise ValueError(f"chantier client not in the file's clients: {', '.join(unknown)}")
         return self
 
 

@@ -1,0 +1,1 @@
+"""Local OCR of image attachments with Tesseract."""

@@ -1,0 +1,1 @@
+"""Antivirus scanning: the clamd client."""

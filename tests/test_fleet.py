@@ -1,0 +1,48 @@
+"""`synedre fleet`: one command runs beat, workers and IDLE; Ctrl-C stops it all cleanly."""
+import signal
+import sys
+
+import psutil
+import psycopg
+import pytest
+
+from tests.conftest import CORPUS
+from tests.services import stack
+
+
+@pytest.mark.timeout(180)
+def test_fleet_ingests_new_mail_through_idle_and_stops_cleanly_on_ctrl_c(services):
+    # Beat's safety-net poll is pushed out of the way: only IDLE can bring the mail in.
+    env = {**services["env"], "SYNEDRE_POLL_INTERVAL_S": "3600"}
+    fleet = stack.Proc("fleet", [sys.executable, "-m", "synedre.cli", "fleet", "--grace", "30"],
+                       env, services["logs"])
+    try:
+        fleet.wait_output("idle_watching", timeout=60)
+        fleet.wait_output(" ready.", timeout=60)
+        children = psutil.Process(fleet.pid).children(recursive=True)
+        assert {"beat", "worker", "idle"} <= {w for c in children for w in c.cmdline()}
+        with services["dovecot"].client() as c:
+            c.append("INBOX", (CORPUS / "cases" / "P02-client-direct-question.eml").read_bytes())
+
+        def stored():
+            with psycopg.connect(services["db"]) as conn:
+                return conn.execute("SELECT status FROM synedre.email_states").fetchall()
+        assert stack.wait_for(stored, 20, "the IDLE-triggered poll to store the mail") == [("received",)]
+
+        fleet.proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C delivers
+        assert fleet.proc.wait(60) == 0
+        assert "fleet_stopped" in fleet.output()
+        assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    finally:
+        fleet.stop(signal.SIGKILL)
+
+
+def test_fleet_without_a_mailbox_says_what_to_configure(db, redis_db):
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "SYNEDRE_MAILBOXES_FILE"}
+    out = subprocess.run([sys.executable, "-m", "synedre.cli", "fleet"], env=env, cwd=stack.ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "SYNEDRE_MAILBOXES_FILE" in out.stderr and "password_env" in out.stderr
