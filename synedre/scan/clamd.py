@@ -42,20 +42,31 @@ def parse_reply(reply: str) -> Verdict:
     return Verdict("error", detail=f"unexpected clamd reply: {text[:200]!r}")
 
 
-def _connect(address: str, timeout: float) -> socket.socket:
+def _parse_address(address: str) -> str | tuple[str, int]:
+    """A Unix socket path stays a string; ``host:port`` becomes a tuple."""
     if "/" in address:
+        return address
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"clamd address must be a socket path or host:port, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def _connect(target: str | tuple[str, int], timeout: float) -> socket.socket:
+    if isinstance(target, str):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(timeout)
-            sock.connect(address)
+            sock.connect(target)
         except BaseException:
             sock.close()
             raise
         return sock
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"clamd address must be a socket path or host:port, got {address!r}")
-    return socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+    sock = socket.create_connection(target, timeout=timeout)
+    # Length prefixes and the terminator are tiny writes; Nagle would hold them
+    # back until the previous chunk is acknowledged.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 class _Deadline:
@@ -86,13 +97,18 @@ def _read_reply(sock: socket.socket, deadline: _Deadline) -> str:
 
 
 def scan_bytes(data: bytes, address: str, timeout: float = 30.0, chunk: int = 1 << 20) -> Verdict:
-    """Scan ``data`` with clamd at ``address``; ``timeout`` bounds connect, send and reply."""
+    """Scan ``data`` with clamd at ``address``; ``timeout`` bounds connect, send and reply.
+
+    A malformed ``address`` or ``chunk`` is a configuration bug and raises ValueError;
+    everything that can go wrong with the scanner itself is an ``error`` verdict.
+    """
     if not 0 < chunk < 1 << 32:
         raise ValueError(f"chunk must be between 1 and 2**32 - 1 bytes, got {chunk}")
+    target = _parse_address(address)
     deadline = _Deadline(timeout)
     view = memoryview(data)
     try:
-        with _connect(address, timeout) as sock:
+        with _connect(target, timeout) as sock:
             try:
                 deadline.arm(sock)
                 sock.sendall(b"zINSTREAM\0")
@@ -113,17 +129,18 @@ def scan_bytes(data: bytes, address: str, timeout: float = 30.0, chunk: int = 1 
             return parse_reply(_read_reply(sock, deadline))
     except TimeoutError:
         return Verdict("error", detail=f"clamd scan timed out after {deadline.seconds:g}s")
-    except (OSError, ValueError) as exc:
-        return Verdict("error", detail=f"clamd unavailable at {address}: {exc}")
+    except OSError as exc:
+        return Verdict("error", detail=f"clamd at {address}: {exc}")
 
 
 def ping(address: str, timeout: float = 5.0) -> bool:
     """True if clamd at ``address`` answers PONG within ``timeout`` seconds."""
+    target = _parse_address(address)
     deadline = _Deadline(timeout)
     try:
-        with _connect(address, timeout) as sock:
+        with _connect(target, timeout) as sock:
             deadline.arm(sock)
             sock.sendall(b"zPING\0")
             return _read_reply(sock, deadline).strip() == "PONG"
-    except (OSError, ValueError):
+    except OSError:
         return False

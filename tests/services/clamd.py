@@ -1,7 +1,7 @@
 """Run a real, throwaway ClamAV daemon for tests and benchmarks.
 
 No signature download: the database directory holds one local ``.ndb`` file
-with the EICAR test pattern, so the daemon starts in about a second and its
+with the EICAR test pattern, so the daemon starts in well under a second and its
 verdicts are deterministic. Needs the Debian ``clamav-daemon`` package; the
 Debian service itself is never used.
 """
@@ -26,13 +26,16 @@ EICAR = bytes.fromhex(
     "58354f2150254041505b345c505a58353428505e2937434329377d2445494341522d5354414e"
     "444152442d414e544956495255532d544553542d46494c452124482b482a"
 )
+# clamd reports it as "Eicar-Test-Signature.UNOFFICIAL": signatures outside the
+# official (signed) databases get that suffix.
 EICAR_SIGNATURE = "Eicar-Test-Signature"
 STREAM_MAX_LENGTH = 100 * 1024 * 1024
+MAX_RECURSION = 10
 
 CONFIG_TEMPLATE = """\
 Foreground yes
-# We are root in tests; staying root avoids clamav-user access to 0700 temp dirs.
-User root
+# No "User": clamd keeps the invoking user instead of dropping to "clamav",
+# who could not enter the 0700 directories mkdtemp creates.
 LocalSocket {root}/clamd.sock
 LocalSocketMode 660
 FixStaleSocket yes
@@ -50,9 +53,10 @@ SelfCheck 0
 StreamMaxLength {stream_max}
 MaxScanSize {stream_max}
 MaxFileSize {stream_max}
-MaxRecursion 10
+MaxRecursion {max_recursion}
 MaxFiles 10000
 ScanArchive yes
+# Without this, content beyond a limit is silently left unscanned and the reply is OK.
 AlertExceedsMax yes
 MaxThreads 8
 ReadTimeout 30
@@ -66,18 +70,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _tail(path: Path, lines: int = 30) -> str:
+def _read(path: Path) -> str:
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        return path.read_text(errors="replace")
     except FileNotFoundError:
-        return "<missing>"
+        return ""
 
 
-def _ping_unix(path: Path, timeout: float = 1.0) -> bool:
+def _errors_and_tail(path: Path, lines: int = 15) -> str:
+    text = _read(path).splitlines()
+    errors = [line for line in text if "ERROR" in line or "rror:" in line]
+    return "\n".join(errors + ["..."] + text[-lines:]) if text else "<empty>"
+
+
+def _ping(family: int, address: str | tuple[str, int], timeout: float = 1.0) -> bool:
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
-            s.connect(str(path))
+            s.connect(address)
             s.sendall(b"zPING\0")
             return s.recv(64).rstrip(b"\0\n") == b"PONG"
     except OSError:
@@ -126,11 +136,14 @@ def _prepare(root: Path, port: int) -> Path:
     (root / "tmp").mkdir(exist_ok=True)
     (root / "db" / "eicar.ndb").write_text(f"{EICAR_SIGNATURE}:0:*:{EICAR.hex()}\n")
     conf = root / "clamd.conf"
-    conf.write_text(CONFIG_TEMPLATE.format(root=root, port=port, stream_max=STREAM_MAX_LENGTH))
+    conf.write_text(CONFIG_TEMPLATE.format(
+        root=root, port=port, stream_max=STREAM_MAX_LENGTH, max_recursion=MAX_RECURSION
+    ))
     return conf
 
 
 def start_clamd(base_dir: Path | None = None, timeout: float = 60.0) -> Clamd:
+    """Start clamd in ``base_dir`` (a fresh temp dir, removed on stop, if None)."""
     owns = base_dir is None
     root = Path(tempfile.mkdtemp(prefix="clamd-")) if owns else Path(base_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -144,6 +157,7 @@ def start_clamd(base_dir: Path | None = None, timeout: float = 60.0) -> Clamd:
     for attempt in range(3):
         cd = Clamd(root / "clamd.sock", "127.0.0.1", _free_port(), root, None, owns)
         conf = _prepare(root, cd.tcp_port)
+        cd.log_path.unlink(missing_ok=True)  # judge each attempt by its own log
         with open(root / "clamd.stderr", "wb") as err:
             cd.process = subprocess.Popen(
                 [CLAMD_BIN, "--foreground", f"--config-file={conf}"],
@@ -155,15 +169,22 @@ def start_clamd(base_dir: Path | None = None, timeout: float = 60.0) -> Clamd:
         atexit.register(cd.stop)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and cd.process.poll() is None:
-            # clamd binds TCP before the Unix socket; both answer once the DB is loaded.
-            if _ping_unix(cd.socket_path):
-                return cd
+            if _ping(socket.AF_UNIX, str(cd.socket_path)):
+                if _ping(socket.AF_INET, (cd.tcp_host, cd.tcp_port)):
+                    return cd
+                # clamd only logs a failed TCP bind and carries on with the Unix socket.
+                if "Cannot bind" in _read(cd.log_path):
+                    break
             time.sleep(0.05)
-        detail = f"--- clamd.log ---\n{_tail(cd.log_path)}\n--- stderr ---\n{_tail(root / 'clamd.stderr')}"
+        status = cd.process.poll()
+        detail = (
+            f"exit status: {status}\n--- clamd.log ---\n{_errors_and_tail(cd.log_path)}\n"
+            f"--- stderr ---\n{_errors_and_tail(root / 'clamd.stderr')}"
+        )
         cd.owns_base_dir = False  # keep files for the error message
         cd.stop()
         if "Address already in use" not in detail or attempt == 2:
             if owns:
                 shutil.rmtree(root, ignore_errors=True)
-            raise RuntimeError(f"clamd did not answer PING within {timeout}s:\n{detail}")
+            raise RuntimeError(f"clamd did not answer PING on its Unix socket and TCP port:\n{detail}")
     raise AssertionError("unreachable")

@@ -1,0 +1,43 @@
+"""What every provider offers the facade; an unsupported operation raises NotImplementedError."""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Any, Callable, TypeVar
+
+from synedre.ai.settings import AISettings
+
+Messages = list[dict[str, Any]]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Provider:
+    name: str = ""
+
+    def available(self, settings: AISettings) -> str | None:
+        """None when usable, else why not (never the key itself)."""
+        return settings.resolve_key(self.name)[1]
+
+    def api_key(self, settings: AISettings) -> str:
+        key, reason = settings.resolve_key(self.name)
+        if key is None:
+            raise RuntimeError(f"{self.name}: {reason}")
+        return key.get_secret_value()
+
+    def complete(self, model: str, messages: Messages, timeout: float, json_output: bool,
+                 temperature: float, max_tokens: int | None, *,
+                 settings: AISettings) -> tuple[str, int, int]:
+        """(text, input tokens, output tokens)."""
+        raise NotImplementedError
+
+    def embed(self, model: str, texts: list[str], timeout: float, *,
+              settings: AISettings) -> tuple[list[list[float]], int]:
+        """(one vector per text, input tokens)."""
+        raise NotImplementedError
+
+
+def client_cache(factory: F) -> F:
+    """One SDK client (and its connection pool) per key and URL, never shared across a fork."""
+    cached = lru_cache(maxsize=8)(factory)
+    os.register_at_fork(after_in_child=cached.cache_clear)
+    return cached  # type: ignore[return-value]
