@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from synedre.ai.providers import PROVIDERS, Provider
-from synedre.ai.settings import AISettings, get_ai_settings
+from synedre.config import Settings, get_settings
 from synedre.log import log
 
 MAX_REASON_CHARS = 200
@@ -103,7 +103,7 @@ def complete(feature: str, messages: list[dict[str, Any]], *, routing: FeatureRo
     _last_failure.set(None)
     routing = routing or load_routing(feature)
 
-    def call(provider: Provider, route: Route, settings: AISettings) -> tuple[str, int, int]:
+    def call(provider: Provider, route: Route, settings: Settings) -> tuple[str, int, int]:
         text, tokens_in, tokens_out = provider.complete(
             route.model, messages, routing.timeout_s, routing.json_output, temperature, max_tokens,
             settings=settings)
@@ -127,7 +127,7 @@ def embed(feature: str, texts: list[str], *, routing: FeatureRouting | None = No
         raise ValueError("embed() needs at least one text")
     routing = routing or load_routing(feature)
 
-    def call(provider: Provider, route: Route, settings: AISettings) -> tuple[list[list[float]], int]:
+    def call(provider: Provider, route: Route, settings: Settings) -> tuple[list[list[float]], int]:
         vectors, tokens_in = provider.embed(route.model, texts, routing.timeout_s, settings=settings)
         if len(vectors) != len(texts) or not all(vectors):
             raise AIError(f"{len(vectors)} vectors for {len(texts)} texts")
@@ -144,8 +144,8 @@ def embed(feature: str, texts: list[str], *, routing: FeatureRouting | None = No
 
 
 def _first_success(routing: FeatureRouting, kind: str,
-                   call: Callable[[Provider, Route, AISettings], T]) -> tuple[T, Route, float] | None:
-    settings = get_ai_settings()
+                   call: Callable[[Provider, Route, Settings], T]) -> tuple[T, Route, float] | None:
+    settings = get_settings()
     attempts: list[str] = []
     for route in routing.routes:
         provider = PROVIDERS[route.provider]
@@ -172,7 +172,7 @@ def _first_success(routing: FeatureRouting, kind: str,
     return None
 
 
-def _short(message: str, settings: AISettings) -> str:
+def _short(message: str, settings: Settings) -> str:
     """One line, bounded, and scrubbed of any key value an SDK might have echoed."""
     for secret in settings.secret_values():
         message = message.replace(secret, "[redacted]")

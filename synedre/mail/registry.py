@@ -1,13 +1,12 @@
 """The mailbox registry: mailbox id -> IMAP/SMTP coordinates and the *name* of its secret."""
 from __future__ import annotations
 
-import os
 import tomllib
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from synedre.config import get_settings
+from synedre.config import get_settings, secret_from_env
 
 
 class RegistryError(RuntimeError):
@@ -28,7 +27,7 @@ class Mailbox(BaseModel, frozen=True):
 
     def password(self) -> str:
         """Resolved at the last moment; never stored, never logged."""
-        value = os.environ.get(self.password_env)
+        value = secret_from_env(self.password_env)
         if not value:
             raise RegistryError(
                 f"mailbox {self.id!r}: environment variable {self.password_env} is not set")

@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 from synedre.ai import AIError, Route, complete, embed, last_failure
 from synedre.ai import facade
 from synedre.ai.facade import FeatureRouting, load_routing
-from synedre.ai.settings import get_ai_settings
+from synedre.config import get_settings
 from tests.services.llm_server import HTTPError, start_llm_server
 
 KEYS = {"mistral": "mk-test-5f1e9a", "openai": "sk-test-0c7d42", "anthropic": "sk-ant-test-9b3e11"}
@@ -38,9 +38,9 @@ def no_ai_config(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     for name in AI_ENV:
         monkeypatch.delenv(name, raising=False)
-    get_ai_settings.cache_clear()
+    get_settings.cache_clear()
     yield
-    get_ai_settings.cache_clear()
+    get_settings.cache_clear()
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def llm(monkeypatch):
         monkeypatch.setenv("SYNEDRE_ANTHROPIC_BASE_URL", server.url)
         for provider in keys:
             monkeypatch.setenv(f"SYNEDRE_{provider.upper()}_API_KEY", KEYS[provider])
-        get_ai_settings.cache_clear()
+        get_settings.cache_clear()
         return server
 
     yield start
@@ -317,12 +317,12 @@ def test_keys_may_come_from_files(llm, monkeypatch, tmp_path):
     keys_dir.mkdir()
     (keys_dir / "openai").write_text(KEYS["openai"] + "\n")
     monkeypatch.setenv("SYNEDRE_AI_KEYS_DIR", str(keys_dir))
-    get_ai_settings.cache_clear()
+    get_settings.cache_clear()
 
     result = complete("f", ASK, routing=routing(MISTRAL, OPENAI))
 
     assert result.provider == "openai" and len(server.requests) == 1
-    assert get_ai_settings().resolve_key("mistral") == (
+    assert get_settings().resolve_key("mistral") == (
         None, f"no key (SYNEDRE_MISTRAL_API_KEY or {keys_dir / 'mistral'})")
 
 
@@ -366,6 +366,6 @@ def test_routing_comes_from_the_database(db, llm, monkeypatch):
     lesson = embed("lessons_embedding", ["une leçon"])
     assert (lesson.provider, len(lesson.vectors[0])) == ("mistral", 1024)
     monkeypatch.delenv("SYNEDRE_MISTRAL_API_KEY")
-    get_ai_settings.cache_clear()
+    get_settings.cache_clear()
     lesson = embed("lessons_embedding", ["une leçon"])  # same dimension, so pgvector still fits
     assert (lesson.provider, len(lesson.vectors[0])) == ("local", 1024)

@@ -5,7 +5,7 @@ import re
 from typing import Any
 
 from synedre.ai.providers.base import Messages, Provider, client_cache
-from synedre.ai.settings import AISettings
+from synedre.config import Settings
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 4096  # the Messages API requires a bound
@@ -36,7 +36,7 @@ class AnthropicProvider(Provider):
 
     def complete(self, model: str, messages: Messages, timeout: float, json_output: bool,
                  temperature: float, max_tokens: int | None, *,
-                 settings: AISettings) -> tuple[str, int, int]:
+                 settings: Settings) -> tuple[str, int, int]:
         system, chat = split_system(messages)
         if json_output:
             system = f"{system}\n\n{JSON_INSTRUCTION}".strip()

@@ -5,7 +5,7 @@ import os
 from functools import lru_cache
 from typing import Any, Callable, TypeVar
 
-from synedre.ai.settings import AISettings
+from synedre.config import Settings
 
 Messages = list[dict[str, Any]]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -14,11 +14,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 class Provider:
     name: str = ""
 
-    def available(self, settings: AISettings) -> str | None:
+    def available(self, settings: Settings) -> str | None:
         """None when usable, else why not (never the key itself)."""
         return settings.resolve_key(self.name)[1]
 
-    def api_key(self, settings: AISettings) -> str:
+    def api_key(self, settings: Settings) -> str:
         key, reason = settings.resolve_key(self.name)
         if key is None:
             raise RuntimeError(f"{self.name}: {reason}")
@@ -26,12 +26,12 @@ class Provider:
 
     def complete(self, model: str, messages: Messages, timeout: float, json_output: bool,
                  temperature: float, max_tokens: int | None, *,
-                 settings: AISettings) -> tuple[str, int, int]:
+                 settings: Settings) -> tuple[str, int, int]:
         """(text, input tokens, output tokens)."""
         raise NotImplementedError
 
     def embed(self, model: str, texts: list[str], timeout: float, *,
-              settings: AISettings) -> tuple[list[list[float]], int]:
+              settings: Settings) -> tuple[list[list[float]], int]:
         """(one vector per text, input tokens)."""
         raise NotImplementedError
 

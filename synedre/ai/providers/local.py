@@ -13,7 +13,7 @@ import math
 import re
 
 from synedre.ai.providers.base import Messages, Provider
-from synedre.ai.settings import AISettings
+from synedre.config import Settings
 
 MODEL_PREFIX = "hash-"  # the model name carries the dimension: hash-1024
 TRIGRAM_WEIGHT = 0.5  # stems matter, but less than whole words
@@ -49,16 +49,16 @@ def dimension(model: str) -> int:
 class LocalProvider(Provider):
     name = "local"
 
-    def available(self, settings: AISettings) -> str | None:
+    def available(self, settings: Settings) -> str | None:
         return None
 
     def complete(self, model: str, messages: Messages, timeout: float, json_output: bool,
                  temperature: float, max_tokens: int | None, *,
-                 settings: AISettings) -> tuple[str, int, int]:
+                 settings: Settings) -> tuple[str, int, int]:
         raise NotImplementedError("the local provider has no completion model")
 
     def embed(self, model: str, texts: list[str], timeout: float, *,
-              settings: AISettings) -> tuple[list[list[float]], int]:
+              settings: Settings) -> tuple[list[list[float]], int]:
         dim = dimension(model)
         return ([hashed_vector(t, dim) for t in texts],
                 sum(len(_WORD.findall(t)) for t in texts))

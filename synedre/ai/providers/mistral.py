@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from synedre.ai.providers.base import Messages, Provider, client_cache
-from synedre.ai.settings import AISettings
+from synedre.config import Settings
 
 
 @client_cache
@@ -28,12 +28,12 @@ def _text(content: Any) -> str:
 class MistralProvider(Provider):
     name = "mistral"
 
-    def _client(self, settings: AISettings) -> Any:
+    def _client(self, settings: Settings) -> Any:
         return _client(self.api_key(settings), settings.mistral_server_url)
 
     def complete(self, model: str, messages: Messages, timeout: float, json_output: bool,
                  temperature: float, max_tokens: int | None, *,
-                 settings: AISettings) -> tuple[str, int, int]:
+                 settings: Settings) -> tuple[str, int, int]:
         extra: dict[str, Any] = {}
         if max_tokens is not None:
             extra["max_tokens"] = max_tokens
@@ -47,7 +47,7 @@ class MistralProvider(Provider):
                 usage.prompt_tokens or 0, usage.completion_tokens or 0)
 
     def embed(self, model: str, texts: list[str], timeout: float, *,
-              settings: AISettings) -> tuple[list[list[float]], int]:
+              settings: Settings) -> tuple[list[list[float]], int]:
         res = self._client(settings).embeddings.create(
             model=model, inputs=texts, timeout_ms=int(timeout * 1000))
         data = sorted(res.data, key=lambda d: d.index or 0)

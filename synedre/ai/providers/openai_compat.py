@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from synedre.ai.providers.base import Messages, Provider, client_cache
-from synedre.ai.settings import AISettings
+from synedre.config import Settings
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -21,13 +21,13 @@ def _client(api_key: str, base_url: str) -> Any:
 class OpenAICompatProvider(Provider):
     name = "openai"
 
-    def _client(self, settings: AISettings) -> Any:
+    def _client(self, settings: Settings) -> Any:
         # Always explicit, so the SDK never falls back to OPENAI_BASE_URL from the environment.
         return _client(self.api_key(settings), settings.openai_base_url or DEFAULT_BASE_URL)
 
     def complete(self, model: str, messages: Messages, timeout: float, json_output: bool,
                  temperature: float, max_tokens: int | None, *,
-                 settings: AISettings) -> tuple[str, int, int]:
+                 settings: Settings) -> tuple[str, int, int]:
         extra: dict[str, Any] = {}
         if max_tokens is not None:
             extra["max_tokens"] = max_tokens  # not max_completion_tokens: compatible servers know this one
@@ -40,7 +40,7 @@ class OpenAICompatProvider(Provider):
                 usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0)
 
     def embed(self, model: str, texts: list[str], timeout: float, *,
-              settings: AISettings) -> tuple[list[list[float]], int]:
+              settings: Settings) -> tuple[list[list[float]], int]:
         # The SDK asks for base64 unless told otherwise; not every compatible server speaks it.
         res = self._client(settings).embeddings.create(
             model=model, input=texts, encoding_format="float", timeout=timeout)

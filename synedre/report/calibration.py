@@ -1,0 +1,230 @@
+"""The monthly calibration report of the classifier (SPEC §12) and the Phase 3 gate.
+
+`collect` reads the database once per report; `render` turns the typed result into
+markdown and never touches I/O. The gate counts run + plan only (SPEC §14: the
+original gate looked for an intent that no longer existed and froze silently); its
+thresholds are GATE_MIN_ITEMS and GATE_MIN_SUCCESS below, and the rendered text
+prints them from there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from fractions import Fraction
+
+import psycopg
+from psycopg.rows import tuple_row
+
+GATE_MIN_ITEMS = 30
+GATE_MIN_SUCCESS = 0.90  # the success rate must be strictly above this
+
+# Table order of the report: work-producing intents first, noise last.
+INTENTS = ("run", "question", "negociation", "conseil", "noise")
+# Noise materializes nothing, so it has no success proxy.
+NO_LINKED_WORK = frozenset({"noise"})
+FAILURE_EVENTS = ("classify_failed", "classify_blocked_unsafe_attachments")
+
+
+@dataclass(frozen=True)
+class IntentStats:
+    intent: str
+    count: int
+    mean_confidence: float | None  # None when no message has a confidence
+    std_confidence: float | None  # population standard deviation
+    successes: int | None  # None for an intent without linked work (noise)
+    uncertain: int
+
+    @property
+    def success_rate(self) -> float | None:
+        if self.successes is None or self.count == 0:
+            return None
+        return self.successes / self.count
+
+    @property
+    def uncertainty_rate(self) -> float | None:
+        return self.uncertain / self.count if self.count else None
+
+
+@dataclass(frozen=True)
+class Failures:
+    by_event: dict[str, int]  # every event of FAILURE_EVENTS, in that order
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_event.values())
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Phase 3 gate, counted on messages classified run + plan."""
+
+    items: int
+    successes: int  # linked run exists and is not cancelled
+
+    @property
+    def rate(self) -> float | None:
+        return self.successes / self.items if self.items else None
+
+    @property
+    def is_open(self) -> bool:
+        return gate_open(self.items, self.successes)
+
+
+@dataclass(frozen=True)
+class CalibrationData:
+    days: int
+    since: datetime
+    until: datetime
+    intents: tuple[IntentStats, ...]  # one per INTENTS, in that order
+    failures: Failures
+    gate: Gate
+
+
+def gate_open(items: int, successes: int) -> bool:
+    """At least GATE_MIN_ITEMS items and a success rate strictly above GATE_MIN_SUCCESS.
+
+    Compared as exact fractions: 27/30 must not pass a "> 0.9" test by a float rounding.
+    """
+    if items < GATE_MIN_ITEMS:
+        return False
+    return Fraction(successes, items) > Fraction(str(GATE_MIN_SUCCESS))
+
+
+# The report's population: messages received in the window that were classified
+# (they carry a `classified` audit), with their final intent from the state row.
+# The success proxy looks at the work linked for that intent only; `status` is
+# NOT NULL on every work table, so a NULL work_status means "no linked work".
+# real is cast to numeric so that means and deviations are exact decimals.
+_CLASSIFIED = """
+WITH classified AS (
+  SELECT s.message_id, s.intent, s.complexity, s.confidence::numeric AS confidence,
+         CASE s.intent WHEN 'run' THEN r.status
+                       WHEN 'question' THEN q.status
+                       WHEN 'negociation' THEN n.status
+                       WHEN 'conseil' THEN a.status END AS work_status,
+         EXISTS (SELECT 1 FROM synedre.audit_log u
+                  WHERE u.message_id = s.message_id
+                    AND u.event = 'classification_uncertain') AS uncertain
+    FROM synedre.email_states s
+    JOIN synedre.raw_messages m ON m.id = s.message_id
+    LEFT JOIN synedre.runs r ON r.id = s.run_id
+    LEFT JOIN synedre.questions q ON q.id = s.question_id
+    LEFT JOIN synedre.negotiations n ON n.id = s.negotiation_id
+    LEFT JOIN synedre.advices a ON a.id = s.advice_id
+   WHERE m.received_at >= %(since)s AND m.received_at <= %(until)s
+     AND s.intent IS NOT NULL
+     AND EXISTS (SELECT 1 FROM synedre.audit_log c
+                  WHERE c.message_id = s.message_id AND c.event = 'classified')
+)
+"""
+
+_PER_INTENT = _CLASSIFIED + """
+SELECT intent, count(*), avg(confidence), stddev_pop(confidence),
+       count(*) FILTER (WHERE work_status IS NOT NULL AND work_status <> 'cancelled'),
+       count(*) FILTER (WHERE uncertain)
+  FROM classified
+ GROUP BY intent
+"""
+
+_GATE = _CLASSIFIED + """
+SELECT count(*),
+       count(*) FILTER (WHERE work_status IS NOT NULL AND work_status <> 'cancelled')
+  FROM classified
+ WHERE intent = 'run' AND complexity = 'plan'
+"""
+
+# Failures of messages received in the window, the same population bound as above.
+_FAILURES = """
+SELECT a.event, count(*)
+  FROM synedre.audit_log a
+  JOIN synedre.raw_messages m ON m.id = a.message_id
+ WHERE a.event = ANY(%(events)s)
+   AND m.received_at >= %(since)s AND m.received_at <= %(until)s
+ GROUP BY a.event
+"""
+
+
+def _float(value: Decimal | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def collect(conn: psycopg.Connection, days: int = 30,
+            now: datetime | None = None) -> CalibrationData:
+    """Aggregate the messages received in the `days` days up to `now` (default: now, UTC).
+
+    A naive `now` is taken as UTC. Runs in the caller's connection and transaction.
+    """
+    if days < 1:
+        raise ValueError(f"days must be at least 1, got {days}")
+    until = now or datetime.now(timezone.utc)
+    if until.tzinfo is None:
+        until = until.replace(tzinfo=timezone.utc)
+    since = until - timedelta(days=days)
+    window = {"since": since, "until": until}
+
+    with conn.cursor(row_factory=tuple_row) as cur:
+        rows = {r[0]: r for r in cur.execute(_PER_INTENT, window).fetchall()}
+        gate_items, gate_successes = cur.execute(_GATE, window).fetchone()
+        failed = dict(cur.execute(_FAILURES, {**window, "events": list(FAILURE_EVENTS)})
+                      .fetchall())
+
+    intents = []
+    for intent in INTENTS:
+        _, count, mean, std, successes, uncertain = rows.get(intent, (intent, 0, None, None, 0, 0))
+        intents.append(IntentStats(
+            intent=intent, count=count, mean_confidence=_float(mean),
+            std_confidence=_float(std),
+            successes=None if intent in NO_LINKED_WORK else successes,
+            uncertain=uncertain))
+    return CalibrationData(
+        days=days, since=since, until=until, intents=tuple(intents),
+        failures=Failures(by_event={e: failed.get(e, 0) for e in FAILURE_EVENTS}),
+        gate=Gate(items=gate_items, successes=gate_successes))
+
+
+# Rendering -------------------------------------------------------------------------
+
+def _pct(part: int, whole: int, rate: float | None) -> str:
+    return "—" if rate is None else f"{rate:.1%} ({part}/{whole})"
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def _gate_line(gate: Gate) -> str:
+    rule = f"requires ≥ {GATE_MIN_ITEMS} items and > {GATE_MIN_SUCCESS:.1%} success"
+    rate = "no items" if gate.rate is None else f"{gate.rate:.1%}"
+    state = "open" if gate.is_open else "closed"
+    line = (f"**Phase 3 gate: {state}** — run + plan: {gate.successes}/{gate.items} "
+            f"not cancelled ({rate}); {rule}.")
+    if not gate.is_open:
+        if gate.items < GATE_MIN_ITEMS:
+            line += f" Too few items ({gate.items} < {GATE_MIN_ITEMS})."
+        else:
+            line += f" Success rate not above {GATE_MIN_SUCCESS:.1%}."
+    return line
+
+
+def render(data: CalibrationData) -> str:
+    """The report as markdown, deterministic for given data."""
+    fmt = "%Y-%m-%d %H:%M UTC"
+    since = data.since.astimezone(timezone.utc).strftime(fmt)
+    until = data.until.astimezone(timezone.utc).strftime(fmt)
+    lines = [
+        f"# Classification calibration — last {data.days} days ({since} → {until})",
+        "",
+        "| intent | count | mean conf | std | success proxy | uncertainty rate |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for s in data.intents:
+        success = ("n/a" if s.successes is None
+                   else _pct(s.successes, s.count, s.success_rate))
+        lines.append(
+            f"| {s.intent} | {s.count} | {_num(s.mean_confidence)} | {_num(s.std_confidence)} "
+            f"| {success} | {_pct(s.uncertain, s.count, s.uncertainty_rate)} |")
+    lines += ["", "## Failures", "", f"Total: {data.failures.total}", ""]
+    lines += [f"- `{event}`: {n}" for event, n in data.failures.by_event.items()]
+    lines += ["", "## Phase 3 gate", "", _gate_line(data.gate), ""]
+    return "\n".join(lines)
