@@ -5,12 +5,14 @@ from synedre.config import VISIBILITY_TIMEOUT_S, get_settings
 
 # One queue per stage (SPEC §1), in pipeline order.
 STAGES = ["poll", "scan", "ocr", "classify", "materialize", "spawn", "deploy", "qa", "recap"]
-# Worker processes of `synedre fleet`: queue group -> (queues, concurrency).
+# Worker processes of `synedre fleet`: group -> (queues, concurrency, pool). Classification
+# mostly waits on the LLM, so it runs on threads to overlap those waits.
 GROUPS = {
-    "ingest": (["poll"], 2),
-    "understand": (["scan", "ocr", "classify", "materialize"], 2),
-    "spawn": (["spawn"], 3),
-    "after": (["deploy", "qa", "recap"], 2),
+    "ingest": (["poll"], 2, "prefork"),
+    "read": (["scan", "ocr"], 2, "prefork"),
+    "classify": (["classify", "materialize"], 16, "threads"),
+    "spawn": (["spawn"], 3, "prefork"),
+    "after": (["deploy", "qa", "recap"], 2, "prefork"),
 }
 
 _settings = get_settings()
@@ -35,7 +37,8 @@ worker_hijack_root_logger = False
 worker_send_task_events = True
 task_send_sent_event = True
 
-imports = ["tasks.poll", "beat_schedule"]
+imports = ["tasks.poll", "tasks.scan", "tasks.ocr", "tasks.classify", "tasks.materialize",
+           "beat_schedule"]
 
 beat_scheduler = "redbeat.RedBeatScheduler"
 redbeat_redis_url = broker_url

@@ -21,6 +21,8 @@ db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
 directory_app = typer.Typer(no_args_is_help=True, help="Founder, clients, people, chantiers.")
 app.add_typer(db_app, name="db")
 app.add_typer(directory_app, name="directory")
+report_app = typer.Typer(no_args_is_help=True, help="Reports.")
+app.add_typer(report_app, name="report")
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
 
@@ -103,6 +105,16 @@ def inspect(
         table.add_row(str(r["id"]), r["status"], "✓" if r["dkim_pass"] else "✗", intent or "",
                       client or "", (r["subject"] or "")[:50], ", ".join(r["audits"]))
     console.print(table)
+
+
+@report_app.command("calibration")
+def report_calibration(days: int = typer.Option(30, min=1, help="Window, in days")) -> None:
+    """The classifier's calibration report (markdown) with the Phase 3 gate."""
+    from synedre import db
+    from synedre.report.calibration import collect, render
+
+    with db.transaction() as conn:
+        sys.stdout.write(render(collect(conn, days=days)) + "\n")
 
 
 @app.command()

@@ -34,6 +34,13 @@ class Settings(BaseSettings):
     dns_timeout_s: float = 5.0
     max_message_bytes: int = 64 * 1024 * 1024
     db_pool_max: int = 4
+
+    clamd: str = "/var/run/clamav/clamd.ctl"  # Unix socket path, or host:port
+    scan_timeout_s: float = 60.0
+    max_attachment_bytes: int = 25 * 1024 * 1024
+    max_scan_bytes: int = 50 * 1024 * 1024  # per message
+    ocr_languages: str = "fra+eng"
+    ocr_timeout_s: float = 60.0
     db_timeout_s: float = 10.0
 
     # AI facade: a key comes from SYNEDRE_<PROVIDER>_API_KEY, else from the file

@@ -17,6 +17,7 @@ RESTART_BACKOFF_MAX_S = 30.0
 class Child:
     name: str
     argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
     backoff: float = 1.0
     restart_at: float = 0.0
@@ -25,19 +26,18 @@ class Child:
     def start(self, env: dict[str, str]) -> None:
         # Own session: a terminal Ctrl-C reaches only the supervisor, which then stops
         # each child once, cleanly (Celery's warm shutdown finishes running tasks).
-        self.proc = subprocess.Popen(self.argv, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(self.argv, env={**env, **self.env}, start_new_session=True)
         self.started_at = time.monotonic()
         log.info("fleet_child_started", child=self.name, pid=self.proc.pid)
 
 
-def implemented_groups() -> dict[str, tuple[list[str], int]]:
+def implemented_groups() -> dict[str, tuple[list[str], int, str]]:
     """Queue groups whose every stage has a task in this release."""
     from synedre.celeryconfig import GROUPS
     from tasks.app import app
 
     app.loader.import_default_modules()
-    return {g: (qs, c) for g, (qs, c) in GROUPS.items()
-            if all(f"synedre.{q}" in app.tasks for q in qs)}
+    return {g: spec for g, spec in GROUPS.items() if all(f"synedre.{q}" in app.tasks for q in spec[0])}
 
 
 def children() -> list[Child]:
@@ -45,10 +45,12 @@ def children() -> list[Child]:
     out = [Child("beat", [py, "-m", "celery", "-A", "tasks", "beat", "--loglevel", "INFO",
                           "-S", "redbeat.RedBeatScheduler"]),
            Child("idle", [py, "-m", "synedre.cli", "idle"])]
-    for group, (queues, concurrency) in implemented_groups().items():
+    for group, (queues, concurrency, pool) in implemented_groups().items():
         out.append(Child(group, [py, "-m", "celery", "-A", "tasks", "worker", "--loglevel", "INFO",
-                                 "-Q", ",".join(queues), "-c", str(concurrency),
-                                 "-n", f"{group}@%h"]))
+                                 "-Q", ",".join(queues), "-c", str(concurrency), "-P", pool,
+                                 "-n", f"{group}@%h"],
+                         # one database connection per thread, plus the pool's spare
+                         {"SYNEDRE_DB_POOL_MAX": str(concurrency + 2)} if pool == "threads" else {}))
     return out
 
 

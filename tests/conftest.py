@@ -85,3 +85,52 @@ def services(db, redis_db, dovecot, tmp_path, monkeypatch):
     logs.mkdir()
     return {"env": dict(os.environ), "dovecot": dovecot, "redis": redis_db, "logs": logs,
             "db": db}
+
+
+@pytest.fixture
+def clamd(tmp_path):
+    from tests.services.clamd import start_clamd
+
+    server = start_clamd(tmp_path / "clamd")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def case_llm():
+    """A local server speaking the Mistral API, answering from cases.json."""
+    from tests.services.llm_server import start_llm_server
+    from tests.services.scripted_classifier import CaseScript
+
+    script = CaseScript(CORPUS / "cases.json")
+    server = start_llm_server(script)
+    server.script = script
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pipeline(services, clamd, case_llm, monkeypatch):
+    """The whole understanding pipeline on real workers: poll, scan+ocr, classify+materialize."""
+    env = {"SYNEDRE_CLAMD": str(clamd.socket_path), "SYNEDRE_MISTRAL_API_KEY": "test-key-not-secret",
+           "SYNEDRE_MISTRAL_SERVER_URL": case_llm.url}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    _reset_settings()
+    env = {**services["env"], **env}
+    import subprocess
+    import sys
+    subprocess.run([sys.executable, "-m", "synedre.cli", "directory", "import",
+                    str(CORPUS / "directory.json")], env=env, check=True, timeout=60, cwd=stack.ROOT,
+                   capture_output=True)
+    logs = services["logs"]
+    workers = []
+    try:
+        workers.append(stack.celery_worker(env, logs, queues="poll"))
+        workers.append(stack.celery_worker(env, logs, queues="scan,ocr"))
+        workers.append(stack.celery_worker({**env, "SYNEDRE_DB_POOL_MAX": "10"}, logs,
+                                           queues="classify,materialize", pool="threads", concurrency=8))
+        yield {**services, "env": env, "clamd": clamd, "llm": case_llm, "workers": workers}
+    finally:
+        for w in workers:
+            w.stop()

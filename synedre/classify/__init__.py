@@ -1,0 +1,1 @@
+"""Classification: prompt, guard rails, output schema, client resolution."""

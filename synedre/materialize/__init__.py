@@ -1,0 +1,1 @@
+"""Materialization: one run, question, negotiation or advice per message."""

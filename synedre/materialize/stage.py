@@ -1,0 +1,61 @@
+"""Stage `materialize`: exactly one run, question, negotiation or advice (SPEC §7)."""
+from __future__ import annotations
+
+from synedre import db
+from synedre.db import pipeline
+from synedre.ingest.mime import body_text
+from synedre.log import log
+from synedre.materialize.chantier import Candidate, match
+
+REF_TYPE = "atlas_inbox"
+LINKS = {"run": "run_id", "question": "question_id", "negociation": "negotiation_id", "conseil": "advice_id"}
+
+
+def _upsert(conn, table: str, state: dict, title: str, extra: dict) -> int:
+    """run/question: keyed on (ref_type, ref_id); a second call returns the same row."""
+    cols = ", ".join(["ref_type", "ref_id", "client_id", "title", *extra])
+    vals = ", ".join(["%s"] * (4 + len(extra)))
+    return conn.execute(
+        f"INSERT INTO synedre.{table} ({cols}) VALUES ({vals}) ON CONFLICT (ref_type, ref_id)"
+        " DO UPDATE SET updated_at = now() RETURNING id",
+        (REF_TYPE, str(state["message_id"]), state["client_id"], title, *extra.values())).fetchone()["id"]
+
+
+def _insert_once(conn, table: str, state: dict, title: str) -> int:
+    """negociation/conseil: one per message, enforced by the unique raw_message_id."""
+    conn.execute(f"INSERT INTO synedre.{table} (raw_message_id, client_id, title) VALUES (%s, %s, %s)"
+                 " ON CONFLICT (raw_message_id) DO NOTHING", (state["message_id"], state["client_id"], title))
+    return conn.execute(f"SELECT id FROM synedre.{table} WHERE raw_message_id = %s",
+                        (state["message_id"],)).fetchone()["id"]
+
+
+def _chantier(conn, state: dict) -> int | None:
+    if state["client_id"] is None:
+        return None
+    rows = conn.execute("SELECT id, title, coalesce(mission_letter, '') AS m FROM synedre.chantiers"
+                        " WHERE client_id = %s AND status = 'open'", (state["client_id"],)).fetchall()
+    text = f"{state['subject'] or ''}\n{body_text(bytes(state['raw']))[:4000]}"
+    return match(text, [Candidate(r["id"], r["title"], r["m"]) for r in rows])
+
+
+def run(message_id: int) -> str | None:
+    with db.transaction() as conn:
+        state = pipeline.lock(conn, message_id)
+        if state is None or state["status"] != "classified" or any(state[c] for c in LINKS.values()):
+            return None
+        intent, title = state["intent"], (state["subject"] or "(sans objet)")[:300]
+        if intent == "noise":
+            pipeline.transition(conn, message_id, "noise", "materialize_skipped_noise")
+            return None
+        if intent in ("run", "question"):
+            extra = {"complexity": state["complexity"]} if intent == "run" else {}
+            new_id = _upsert(conn, "runs" if intent == "run" else "questions", state, title, extra)
+            chantier = _chantier(conn, state)
+        else:
+            new_id = _insert_once(conn, "negotiations" if intent == "negociation" else "advices", state, title)
+            chantier = None
+        pipeline.transition(conn, message_id, "classified", "materialized",
+                            {"kind": intent, "id": new_id, "chantier_id": chantier},
+                            **{LINKS[intent]: new_id, "chantier_id": chantier})
+    log.info("materialized", message=message_id, kind=intent, id=new_id)
+    return "spawn"
