@@ -20,14 +20,20 @@ class Split:
 
 
 # Horizontal space includes the no-break spaces French typography puts before ':'.
+# No two adjacent parts of a pattern may both match spaces: that backtracks
+# quadratically on a long run of blanks (a hostile body must not stall a worker).
 _SP = r"[ \t\u00a0\u202f]"
 # Forwarded or nested-quoted header lines may carry '>' prefixes.
 _LEAD = r"^[ \t\u00a0\u202f>]*"
 _EOL = _SP + r"*\r?$"
+
 _COLON = _SP + r"*:"
 _FROM = r"(?:From|De)" + _COLON
 _HEADER = r"(?:Sent|Envoy[ée]|Date|To|[ÀA]|Cc|Cci|Bcc|Subject|Objet|Reply-To)" + _COLON
-_DASHES = _SP + r"*-{2,}" + _SP + r"*"
+
+
+def _dashed(title: str) -> str:
+    return _LEAD + r"-{2,}" + _SP + r"*(?:" + title + r")" + _SP + r"*-{2,}" + _EOL
 
 
 def _marker(pattern: str) -> re.Pattern[str]:
@@ -40,10 +46,9 @@ def _marker(pattern: str) -> re.Pattern[str]:
 # count them as forwards because that is how founders hand over client mail (P21).
 MARKERS: tuple[tuple[str, bool, re.Pattern[str]], ...] = (
     ("gmail_forward", True, _marker(
-        _LEAD + _DASHES + r"(?:Forwarded message|Message transf[ée]r[ée])" + _DASHES + r"\r?$")),
+        _dashed(r"Forwarded message|Message transf[ée]r[ée]"))),
     ("outlook_original", True, _marker(
-        _LEAD + _DASHES + r"(?:Original Message|Message d['’]origine|Message original)"
-        + _DASHES + r"\r?$")),
+        _dashed(r"Original Message|Message d['’]origine|Message original"))),
     ("apple_forward", True, _marker(
         _LEAD + r"(?:Begin forwarded message|D[ée]but du message (?:r[ée]exp[ée]di[ée]|transf[ée]r[ée]))"
         + _COLON + _EOL)),
@@ -57,7 +62,7 @@ MARKERS: tuple[tuple[str, bool, re.Pattern[str]], ...] = (
     # attributions, sometimes between "a" and "écrit".
     ("reply_attribution", False, _marker(
         _LEAD + r"(?:On|Le)" + _SP + r"(?=.*\d).*(?:\r?\n.*)??"
-        + r"(?:wrote|a" + _SP + r"*\r?\n?" + _SP + r"*[ée]crit)" + _COLON + _EOL)),
+        + r"(?:wrote|a(?:" + _SP + r"+|" + _SP + r"*\r?\n" + _SP + r"*)[ée]crit)" + _COLON + _EOL)),
     ("quote_prefix", False, _marker(r"^" + _SP + r"*>")),
 )
 
@@ -67,7 +72,8 @@ _ADDR = r"[^\s<>()\[\]\",;:@]+@[^\s<>()\[\]\",;:@]+"
 # bracketed address wins, and the last one, as mail clients read it.
 _ANGLE_ADDR = re.compile(r"<(?:mailto:)?(" + _ADDR + r")>", re.IGNORECASE)
 _MAILTO_ADDR = re.compile(r"mailto:(" + _ADDR + r")", re.IGNORECASE)
-_BARE_ADDR = re.compile(_ADDR)
+# Starting only at a token boundary keeps the search linear on a long run of non-address text.
+_BARE_ADDR = re.compile(r"(?<![^\s<>()\[\]\",;:@])" + _ADDR)
 
 
 def split_cover_quoted(body: str) -> Split:

@@ -215,3 +215,21 @@ def test_generated_forward_is_found_after_any_plain_cover(cover, style, fmt, nam
     split = split_cover_quoted(cover + newline + newline + block)
     assert split == Split(cover.rstrip(), block, kind, True)
     assert forwarded_sender(split.quoted) == addr.lower()
+
+
+HOSTILE_RUN = 200_000
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("body", [
+    ">" + " " * HOSTILE_RUN + "x",
+    "Le 1 a" + "\u00a0" * HOSTILE_RUN + "x",
+    "--" + " " * HOSTILE_RUN + "Forwarded message" + " " * HOSTILE_RUN,
+    "________" + " " * HOSTILE_RUN + "\n" + " " * HOSTILE_RUN,
+    "From: " + "a" * HOSTILE_RUN + "@",
+    ("On 1 " + "a " * 2000 + "\n") * 50,
+], ids=["quote-blanks", "ecrit-blanks", "dashes-blanks", "underscore-blanks", "address-run", "on-lines"])
+def test_hostile_bodies_split_in_linear_time(body):
+    # Overlapping quantifiers once made a 100 kB line of blanks take minutes.
+    split = split_cover_quoted(body)
+    forwarded_sender(split.quoted or body)
