@@ -16,9 +16,13 @@ from tests.services.dovecot import start_dovecot  # noqa: E402
 CORPUS = stack.ROOT.parent / "shared" / "corpus"
 
 
-def corpus_messages(n: int, tag: str) -> list[bytes]:
-    """n distinct messages cycling over the corpus, each with its own Message-ID."""
+def corpus_messages(n: int, tag: str, clean: bool = False) -> list[bytes]:
+    """n distinct messages cycling over the corpus, each with its own Message-ID;
+    `clean`: only those without attachments."""
     bases = [p.read_bytes() for p in sorted((CORPUS / "cases").glob("*.eml"))]
+    if clean:
+        bases = [b for b in bases if b"Content-Disposition: attachment" not in b
+                 and b"image/" not in b]
     out = []
     for i in range(n):
         raw = re.sub(rb"(?im)^Message-ID:.*\r?\n", b"", bases[i % len(bases)])
@@ -40,6 +44,9 @@ def services():
     os.environ.update(env)
     from synedre.config import get_settings
     from synedre.db.migrate import upgrade
+    from synedre.log import configure
+
+    configure("console", "WARNING")  # the benchmark's own output stays readable
 
     get_settings.cache_clear()
     upgrade(get_settings().migrations_dir, pg.get_uri())

@@ -97,11 +97,25 @@ def load_routing(feature: str) -> FeatureRouting:
                           float(row["timeout_s"]), bool(row["json_output"]))
 
 
+ROUTING_TTL_S = 30.0  # routing is data: an edit applies within this, with no restart
+_routing_cache: dict[str, tuple[float, FeatureRouting]] = {}
+
+
+def routing_for(feature: str) -> FeatureRouting:
+    """`load_routing`, read at most once per ROUTING_TTL_S per process (a hot path)."""
+    hit = _routing_cache.get(feature)
+    if hit and time.monotonic() - hit[0] < ROUTING_TTL_S:
+        return hit[1]
+    routing = load_routing(feature)
+    _routing_cache[feature] = (time.monotonic(), routing)
+    return routing
+
+
 def complete(feature: str, messages: list[dict[str, Any]], *, routing: FeatureRouting | None = None,
              temperature: float = 0.0, max_tokens: int | None = None) -> Completion | None:
     """The first route's answer that succeeds, or None (then see `last_failure()`)."""
     _last_failure.set(None)
-    routing = routing or load_routing(feature)
+    routing = routing or routing_for(feature)
 
     def call(provider: Provider, route: Route, settings: Settings) -> tuple[str, int, int]:
         text, tokens_in, tokens_out = provider.complete(
@@ -125,7 +139,7 @@ def embed(feature: str, texts: list[str], *, routing: FeatureRouting | None = No
     _last_failure.set(None)
     if not texts:
         raise ValueError("embed() needs at least one text")
-    routing = routing or load_routing(feature)
+    routing = routing or routing_for(feature)
 
     def call(provider: Provider, route: Route, settings: Settings) -> tuple[list[list[float]], int]:
         vectors, tokens_in = provider.embed(route.model, texts, routing.timeout_s, settings=settings)
