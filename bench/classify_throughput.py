@@ -16,7 +16,10 @@ import psycopg
 
 from _stack import corpus_messages, services, stack
 
-WORKERS = [("scan,ocr", "prefork", 2), ("classify,materialize", "threads", 12), ("classify,materialize", "threads", 12)]
+from synedre.celeryconfig import GROUPS  # noqa: E402  the fleet's own worker layout
+
+WORKERS = [(",".join(g.queues), g.pool, g.concurrency)
+           for name in ("read", "classify") for g in [GROUPS[name]] for _ in range(g.processes)]
 ANSWER = json.dumps({"intent": "question", "complexity": "leger", "confidence": 0.9, "rationale": "bench"})
 
 

@@ -1,18 +1,27 @@
 """The one Celery configuration, loaded by every worker, beat, Flower and the CLI."""
+from typing import NamedTuple
+
 from kombu import Queue
 
 from synedre.config import VISIBILITY_TIMEOUT_S, get_settings
 
 # One queue per stage (SPEC §1), in pipeline order.
 STAGES = ["poll", "scan", "ocr", "classify", "materialize", "spawn", "deploy", "qa", "recap"]
-# Worker processes of `synedre fleet`: group -> (queues, concurrency, pool). Classification
-# mostly waits on the LLM, so it runs on threads to overlap those waits.
+class Group(NamedTuple):
+    queues: list[str]
+    concurrency: int
+    pool: str = "prefork"
+    processes: int = 1
+
+
+# Workers of `synedre fleet`, by queue group. Classification mostly waits on the LLM, so
+# it runs on threads to overlap those waits, in two processes to use two cores.
 GROUPS = {
-    "ingest": (["poll"], 2, "prefork"),
-    "read": (["scan", "ocr"], 2, "prefork"),
-    "classify": (["classify", "materialize"], 16, "threads"),
-    "spawn": (["spawn"], 3, "prefork"),
-    "after": (["deploy", "qa", "recap"], 2, "prefork"),
+    "ingest": Group(["poll"], 2),
+    "read": Group(["scan", "ocr"], 2),
+    "classify": Group(["classify", "materialize"], 12, "threads", processes=2),
+    "spawn": Group(["spawn"], 3),
+    "after": Group(["deploy", "qa", "recap"], 2),
 }
 
 _settings = get_settings()

@@ -31,13 +31,23 @@ class Child:
         log.info("fleet_child_started", child=self.name, pid=self.proc.pid)
 
 
-def implemented_groups() -> dict[str, tuple[list[str], int, str]]:
+def implemented_groups() -> dict:
     """Queue groups whose every stage has a task in this release."""
     from synedre.celeryconfig import GROUPS
     from tasks.app import app
 
     app.loader.import_default_modules()
-    return {g: spec for g, spec in GROUPS.items() if all(f"synedre.{q}" in app.tasks for q in spec[0])}
+    return {name: g for name, g in GROUPS.items() if all(f"synedre.{q}" in app.tasks for q in g.queues)}
+
+
+def worker_argv(g, node: str) -> list[str]:
+    return [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel", "INFO",
+            "-Q", ",".join(g.queues), "-c", str(g.concurrency), "-P", g.pool, "-n", node]
+
+
+def worker_env(g) -> dict[str, str]:
+    # a thread pool holds one database connection per thread, plus a spare
+    return {"SYNEDRE_DB_POOL_MAX": str(g.concurrency + 2)} if g.pool == "threads" else {}
 
 
 def children() -> list[Child]:
@@ -45,12 +55,9 @@ def children() -> list[Child]:
     out = [Child("beat", [py, "-m", "celery", "-A", "tasks", "beat", "--loglevel", "INFO",
                           "-S", "redbeat.RedBeatScheduler"]),
            Child("idle", [py, "-m", "synedre.cli", "idle"])]
-    for group, (queues, concurrency, pool) in implemented_groups().items():
-        out.append(Child(group, [py, "-m", "celery", "-A", "tasks", "worker", "--loglevel", "INFO",
-                                 "-Q", ",".join(queues), "-c", str(concurrency), "-P", pool,
-                                 "-n", f"{group}@%h"],
-                         # one database connection per thread, plus the pool's spare
-                         {"SYNEDRE_DB_POOL_MAX": str(concurrency + 2)} if pool == "threads" else {}))
+    for name, g in implemented_groups().items():
+        for i in range(1, g.processes + 1):
+            out.append(Child(f"{name}-{i}", worker_argv(g, f"{name}-{i}@%h"), worker_env(g)))
     return out
 
 

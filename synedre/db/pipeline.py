@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from psycopg import errors
 
 from synedre.classify.resolution import Client, Directory
 from synedre.db.messages import audit
@@ -16,15 +15,11 @@ def lock(conn: psycopg.Connection, message_id: int) -> dict[str, Any] | None:
     None when the message does not exist or another worker holds it right now (a
     duplicate task): that one will finish the work, this one has nothing to do.
     """
-    try:
-        with conn.transaction():
-            return conn.execute(
-                """SELECT s.*, r.mailbox, r.message_id AS message_id_header, r.envelope_from,
-                          r.subject, r.dkim_pass, r.raw
-                     FROM synedre.email_states s JOIN synedre.raw_messages r ON r.id = s.message_id
-                    WHERE s.message_id = %s FOR UPDATE OF s NOWAIT""", (message_id,)).fetchone()
-    except errors.LockNotAvailable:
-        return None
+    return conn.execute(
+        """SELECT s.*, r.mailbox, r.message_id AS message_id_header, r.envelope_from,
+                  r.subject, r.dkim_pass, r.raw
+             FROM synedre.email_states s JOIN synedre.raw_messages r ON r.id = s.message_id
+            WHERE s.message_id = %s FOR UPDATE OF s SKIP LOCKED""", (message_id,)).fetchone()
 
 
 def transition(conn: psycopg.Connection, message_id: int, status: str, event: str,
