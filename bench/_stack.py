@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.services import stack  # noqa: E402
 from tests.services.dovecot import start_dovecot  # noqa: E402
 
-CORPUS = stack.ROOT.parent / "shared" / "corpus"
+CORPUS = stack.CORPUS
 
 
 def corpus_messages(n: int, tag: str, clean: bool = False) -> list[bytes]:

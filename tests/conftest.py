@@ -9,8 +9,7 @@ import pytest
 from tests.services import stack
 from tests.services.dovecot import start_dovecot
 
-SHARED = stack.ROOT.parent / "shared"
-CORPUS = SHARED / "corpus"
+CORPUS = stack.CORPUS
 # Tests never touch the default Redis database a developer's fleet uses.
 os.environ["SYNEDRE_BROKER_URL"] = stack.TEST_REDIS_URL
 os.environ.setdefault("SYNEDRE_LOG_LEVEL", "INFO")

@@ -15,6 +15,10 @@ from tests.services.dovecot import Dovecot
 
 ROOT = Path(__file__).resolve().parents[2]
 TEST_REDIS_URL = os.environ.get("SYNEDRE_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+# The shared corpus beside the checkout when there is one; else the copy kept in tests/
+# (a CI clone may have no ../shared).
+CORPUS = next(p for p in (ROOT.parent / "shared" / "corpus", ROOT / "tests" / "corpus")
+              if (p / "cases.json").is_file())
 
 
 def start_pg(pgdata: Path):
