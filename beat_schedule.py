@@ -3,6 +3,8 @@ from synedre.config import get_settings
 from synedre.mail import registry
 from tasks.app import app
 
+SWEEP_EVERY_S = 5 * 60
+
 
 def schedule() -> dict:
     s = get_settings()
@@ -18,6 +20,8 @@ def schedule() -> dict:
             "task": "synedre.poll", "schedule": s.poll_interval_s, "args": [box],
             "options": {"expires": s.poll_interval_s - 5},
         }
+    entries["sweep"] = {"task": "synedre.sweep", "schedule": SWEEP_EVERY_S,
+                        "options": {"expires": SWEEP_EVERY_S}}
     return entries
 
 

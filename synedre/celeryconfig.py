@@ -33,7 +33,8 @@ task_ignore_result = True
 
 task_queues = [Queue(name) for name in STAGES]
 task_default_queue = "poll"
-task_routes = {f"synedre.{name}": {"queue": name} for name in STAGES}
+task_routes = {**{f"synedre.{name}": {"queue": name} for name in STAGES},
+               "synedre.sweep": {"queue": "poll"}}
 
 task_serializer = "json"
 accept_content = ["json"]
@@ -46,7 +47,7 @@ worker_hijack_root_logger = False
 worker_send_task_events = True
 task_send_sent_event = True
 
-imports = ["tasks.poll", "tasks.scan", "tasks.ocr", "tasks.classify", "tasks.materialize",
+imports = ["tasks.poll", "tasks.scan", "tasks.ocr", "tasks.classify", "tasks.materialize", "tasks.sweep",
            "beat_schedule"]
 
 beat_scheduler = "redbeat.RedBeatScheduler"

@@ -1,7 +1,6 @@
 """Parsing an RFC 5322 message into what ingestion stores. Pure functions, no I/O."""
 from __future__ import annotations
 
-import codecs
 import hashlib
 import html
 import re
@@ -158,31 +157,19 @@ def parse(raw: bytes) -> ParsedMessage:
 def body_text(raw: bytes) -> str:
     """The readable body: text/plain preferred, else text/html without its tags."""
     try:
-        msg = message_from_bytes(raw, policy=policy.default)
-        part = msg.get_body(("plain", "html"))
-        if part is None:
-            return ""
-        text = part.get_content()
-    except Exception:  # undecodable charset, broken MIME: fall back to raw decoding
+        part = message_from_bytes(raw, policy=policy.default).get_body(("plain", "html"))
+        text = part.get_content() if part is not None else ""
+        html_part = part is not None and part.get_content_subtype() == "html"
+    except Exception:  # an undecodable charset or broken MIME: the first leaf, decoded leniently
         part = message_from_bytes(raw, policy=policy.compat32)
         while part.is_multipart() and isinstance(part.get_payload(), list) and part.get_payload():
             part = part.get_payload()[0]
-        data = part.get_payload(decode=True) or b""
-        text = data.decode(part.get_content_charset() or "utf-8", "replace") \
-            if _known_charset(part.get_content_charset()) else data.decode("utf-8", "replace")
-        if part.get_content_subtype() != "html":
-            return clean(text) or ""
+        text = (part.get_payload(decode=True) or b"").decode("utf-8", "replace")
+        html_part = part.get_content_subtype() == "html"
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
-    if part.get_content_subtype() == "html":
+    if html_part:
         text = re.sub(r"(?is)<(script|style).*?</\1>", " ", text)
         text = re.sub(r"(?i)<br\s*/?>|</p>|</div>", "\n", text)
         text = html.unescape(re.sub(r"<[^>]+>", "", text))
     return clean(text.replace("\r\n", "\n")) or ""
-
-
-def _known_charset(name: str | None) -> bool:
-    try:
-        return bool(name) and codecs.lookup(name) is not None
-    except LookupError:
-        return False

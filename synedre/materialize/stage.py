@@ -49,8 +49,11 @@ def run(message_id: int) -> str | None:
             return None
         if intent in ("run", "question"):
             extra = {"complexity": state["complexity"]} if intent == "run" else {}
-            new_id = _upsert(conn, "runs" if intent == "run" else "questions", state, title, extra)
+            table = "runs" if intent == "run" else "questions"
+            new_id = _upsert(conn, table, state, title, extra)
             chantier = _chantier(conn, state)
+            if chantier is not None:
+                conn.execute(f"UPDATE synedre.{table} SET chantier_id = %s WHERE id = %s", (chantier, new_id))
         else:
             new_id = _insert_once(conn, "negotiations" if intent == "negociation" else "advices", state, title)
             chantier = None

@@ -77,3 +77,12 @@ def test_undecodable_header_bytes_become_storable_text():
     parsed = mime.parse(raw)
     assert "\x00" not in parsed.subject
     parsed.subject.encode("utf-8")
+
+
+def test_body_text_prefers_plain_and_strips_html_even_with_an_unknown_charset():
+    alt = (b"Content-Type: multipart/alternative; boundary=b\r\n\r\n--b\r\nContent-Type: text/html\r\n\r\n"
+           b"<p>html</p>\r\n--b\r\nContent-Type: text/plain\r\n\r\nplain text\r\n--b--\r\n")
+    assert mime.body_text(alt).strip() == "plain text"
+    broken = b"Content-Type: text/html; charset=x-nope\r\n\r\n<p>Bonjour</p><script>evil()</script>caf\xe9"
+    text = mime.body_text(broken)
+    assert "Bonjour" in text and "evil" not in text and "<p>" not in text

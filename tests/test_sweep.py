@@ -1,0 +1,25 @@
+"""The sweep finds messages stuck between stages, and only those."""
+import psycopg
+
+from synedre.config import Settings
+from synedre.ingest.poll import ingest_one
+from synedre.sweep import find_stuck
+from tests.conftest import CORPUS
+
+
+def test_stuck_messages_are_found_once_per_sweep_and_audited(db, tmp_path):
+    settings = Settings(state_dir=tmp_path)
+    raws = [p.read_bytes() for p in sorted((CORPUS / "cases").glob("P0[1-4]*.eml"))]
+    ids = [ingest_one(raw, "atlas", 1, i, settings, lambda _: None) for i, raw in enumerate(raws, 1)]
+    assert find_stuck() == []  # fresh: not stuck yet
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("UPDATE synedre.email_states SET status_at = now() - interval '1 hour' WHERE message_id = %s", (ids[0],))
+        conn.execute("UPDATE synedre.email_states SET status = 'scanned', status_at = now() - interval '1 hour'"
+                     " WHERE message_id = %s", (ids[1],))
+        conn.execute("UPDATE synedre.email_states SET status = 'classified', intent = 'run', complexity = 'leger',"
+                     " updated_at = now() - interval '1 hour' WHERE message_id = %s", (ids[2],))
+        conn.execute("UPDATE synedre.email_states SET status = 'noise', status_at = now() - interval '1 hour'"
+                     " WHERE message_id = %s", (ids[3],))
+    assert sorted(find_stuck()) == sorted([(ids[0], "scan"), (ids[1], "ocr"), (ids[2], "materialize")])
+    with psycopg.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM synedre.audit_log WHERE event = 'sweep_requeued'").fetchone()[0] == 3
