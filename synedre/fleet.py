@@ -1,6 +1,7 @@
 """`synedre fleet`: beat, one worker per queue group and the IDLE watcher, supervised."""
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -11,6 +12,16 @@ from dataclasses import dataclass, field
 from synedre.log import log
 
 RESTART_BACKOFF_MAX_S = 30.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _stop_with_parent() -> None:
+    """Runs in the child before exec: SIGTERM it if the supervisor dies, even by SIGKILL,
+    so no worker outlives its fleet (Linux; elsewhere a no-op)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
 
 
 @dataclass
@@ -26,7 +37,8 @@ class Child:
     def start(self, env: dict[str, str]) -> None:
         # Own session: a terminal Ctrl-C reaches only the supervisor, which then stops
         # each child once, cleanly (Celery's warm shutdown finishes running tasks).
-        self.proc = subprocess.Popen(self.argv, env={**env, **self.env}, start_new_session=True)
+        self.proc = subprocess.Popen(self.argv, env={**env, **self.env}, start_new_session=True,
+                                     preexec_fn=_stop_with_parent)
         self.started_at = time.monotonic()
         log.info("fleet_child_started", child=self.name, pid=self.proc.pid)
 

@@ -4,11 +4,13 @@ import email.policy
 from pathlib import Path
 
 import pytest
+
+from tests.services.stack import CORPUS
 from hypothesis import assume, given, settings, strategies as st
 
 from synedre.classify.split import MARKERS, Split, forwarded_sender, split_cover_quoted
 
-CASES = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "cases"
+CASES = CORPUS / "cases"
 FORWARD_KINDS = {kind for kind, is_forward, _ in MARKERS if is_forward}
 
 # (id, cover, quoted, marker, sender); the body is cover + blank line + quoted.
