@@ -1,0 +1,1 @@
+"""After the launch: contract, deploy, QA, iteration, compaction (SPEC §9, §11)."""
