@@ -1,0 +1,99 @@
+"""SQL for launches: the exactly-once claim, fenced writes, batched events (SPEC §8, §12b).
+
+The claim is a conditional UPDATE returning a new attempt number; every later write of
+that launch names the attempt and is refused once a newer claim exists, so a launch
+that lost its lock (or a zombie worker) cannot overwrite its successor.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from synedre.db.messages import audit
+
+LAUNCHABLE = ("run", "question", "negociation", "conseil")
+SPAWN_EVENTS = ("spawn_started", "spawn_action_done", "spawn_failed")
+RECENT = "1 hour"
+
+
+class FencedOut(RuntimeError):
+    """A newer claim owns this message: this launch must stop writing."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    message_id: int
+    attempt: int
+    launch_id: int
+
+
+def selectable(conn: psycopg.Connection, limit: int = 50) -> list[int]:
+    """Messages the launch stage would take now (SPEC §8 selection)."""
+    return [r["message_id"] for r in conn.execute(
+        f"""SELECT s.message_id FROM synedre.email_states s
+             WHERE s.status = 'classified' AND s.intent = ANY(%s)
+               AND num_nonnulls(s.run_id, s.question_id, s.negotiation_id, s.advice_id) = 1
+               AND NOT EXISTS (SELECT 1 FROM synedre.audit_log a WHERE a.message_id = s.message_id
+                                 AND a.event = ANY(%s) AND a.at > now() - interval '{RECENT}')
+             ORDER BY s.status_at LIMIT %s""", (list(LAUNCHABLE), list(SPAWN_EVENTS), limit))]
+
+
+def claim(conn: psycopg.Connection, message_id: int, **launch: Any) -> Claim | None:
+    """Take the message for one launch, in the caller's transaction; None if not launchable."""
+    row = conn.execute(
+        f"""UPDATE synedre.email_states s
+               SET status = 'spawning', launch_attempt = s.launch_attempt + 1,
+                   updated_at = now(), status_at = now()
+             WHERE s.message_id = %s AND s.status = 'classified' AND s.intent = ANY(%s)
+               AND num_nonnulls(s.run_id, s.question_id, s.negotiation_id, s.advice_id) = 1
+               AND NOT EXISTS (SELECT 1 FROM synedre.audit_log a WHERE a.message_id = s.message_id
+                                 AND a.event = ANY(%s) AND a.at > now() - interval '{RECENT}')
+            RETURNING s.launch_attempt""", (message_id, list(LAUNCHABLE), list(SPAWN_EVENTS))).fetchone()
+    if row is None:
+        return None
+    cols = ["message_id", "attempt", *launch]
+    launch_id = conn.execute(
+        f"INSERT INTO synedre.launches ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))}) RETURNING id",
+        (message_id, row["launch_attempt"], *[Jsonb(v) if isinstance(v, dict) else v for v in launch.values()]),
+    ).fetchone()["id"]
+    audit(conn, message_id, "spawn_started", attempt=row["launch_attempt"], launch_id=launch_id)
+    return Claim(message_id, row["launch_attempt"], launch_id)
+
+
+def _fence(conn: psycopg.Connection, c: Claim) -> None:
+    ok = conn.execute("SELECT 1 FROM synedre.email_states WHERE message_id = %s AND launch_attempt = %s"
+                      " FOR SHARE", (c.message_id, c.attempt)).fetchone()
+    if ok is None:
+        raise FencedOut(f"message {c.message_id}: attempt {c.attempt} was superseded")
+
+
+def update(conn: psycopg.Connection, c: Claim, **fields: Any) -> None:
+    """A fenced write to this launch's row (session id, cost, contract, salvage...)."""
+    _fence(conn, c)
+    sets = ", ".join(f"{k} = %({k})s" for k in fields)
+    conn.execute(f"UPDATE synedre.launches SET {sets} WHERE id = %(id)s",
+                 {"id": c.launch_id, **{k: Jsonb(v) if isinstance(v, (dict, list)) else v
+                                         for k, v in fields.items()}})
+
+
+def add_events(conn: psycopg.Connection, c: Claim, first_seq: int,
+               events: Iterable[tuple[str, str | None, str | None, dict]]) -> int:
+    """Append (type, subtype, tool, payload) rows from `first_seq`; returns the next seq."""
+    _fence(conn, c)
+    rows = [(c.launch_id, first_seq + i, t, st, tool, Jsonb(p)) for i, (t, st, tool, p) in enumerate(events)]
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO synedre.launch_events (launch_id, seq, event_type, subtype, tool_name, payload)"
+                        " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING", rows)
+    return first_seq + len(rows)
+
+
+def finish(conn: psycopg.Connection, c: Claim, *, ok: bool, status: str, reason: str, **fields: Any) -> None:
+    """End the launch: its row, the message's status and the audit, fenced, in one transaction."""
+    update(conn, c, status="succeeded" if ok else "failed", stop_reason=reason, ended_at="now", **fields)
+    conn.execute("UPDATE synedre.email_states SET status = %s, updated_at = now(), status_at = now()"
+                 " WHERE message_id = %s AND launch_attempt = %s", (status, c.message_id, c.attempt))
+    audit(conn, c.message_id, "spawn_action_done" if ok else "spawn_failed",
+          attempt=c.attempt, launch_id=c.launch_id, reason=reason)

@@ -1,0 +1,84 @@
+"""The exactly-once claim in PostgreSQL and its fencing token."""
+import threading
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from synedre.config import Settings
+from synedre.db import launches
+from synedre.ingest.poll import ingest_one
+from tests.conftest import CORPUS
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def classified_message(url, tmp_path, intent="run") -> int:
+    raw = (CORPUS / "cases" / "P02-client-direct-question.eml").read_bytes()
+    mid = ingest_one(raw, "atlas", 1, 1, Settings(state_dir=tmp_path), lambda _: None)
+    with psycopg.connect(url, autocommit=True) as conn:
+        run = conn.execute("INSERT INTO synedre.runs (ref_type, ref_id, title, complexity)"
+                           " VALUES ('atlas_inbox', %s, 't', 'leger') RETURNING id", (str(mid),)).fetchone()[0]
+        conn.execute("UPDATE synedre.email_states SET status = 'classified', intent = %s,"
+                     " complexity = 'leger', run_id = %s WHERE message_id = %s", (intent, run, mid))
+    return mid
+
+
+def connect(url):
+    conn = psycopg.connect(url, row_factory=dict_row)
+    conn.execute("SET search_path TO synedre, public")
+    return conn
+
+
+def test_twenty_concurrent_claims_give_exactly_one_launch(db, tmp_path):
+    mid = classified_message(db, tmp_path)
+    claims, barrier = [], threading.Barrier(20)
+
+    def attempt():
+        with connect(db) as conn:
+            barrier.wait()
+            with conn.transaction():
+                claims.append(launches.claim(conn, mid, model="sonnet"))
+    threads = [threading.Thread(target=attempt) for _ in range(20)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    won = [c for c in claims if c is not None]
+    assert len(won) == 1 and won[0].attempt == 1
+    with connect(db) as conn:
+        assert conn.execute("SELECT count(*) AS n FROM synedre.launches").fetchone()["n"] == 1
+        assert launches.selectable(conn) == []
+
+
+def test_a_superseded_attempt_is_fenced_out(db, tmp_path):
+    mid = classified_message(db, tmp_path)
+    with connect(db) as conn, conn.transaction():
+        first = launches.claim(conn, mid)
+    with connect(db) as conn, conn.transaction():  # an operator's retry after the hour
+        conn.execute("UPDATE synedre.email_states SET status = 'classified' WHERE message_id = %s", (mid,))
+        conn.execute("UPDATE synedre.audit_log SET at = now() - interval '2 hours' WHERE message_id = %s", (mid,))
+        second = launches.claim(conn, mid)
+    assert second.attempt == first.attempt + 1
+    with connect(db) as conn:
+        with pytest.raises(launches.FencedOut):
+            with conn.transaction():
+                launches.add_events(conn, first, 0, [("assistant", None, "Bash", {"x": 1})])
+        with conn.transaction():
+            assert launches.add_events(conn, second, 0, [("system", "init", None, {}),
+                                                         ("assistant", None, "Bash", {})]) == 2
+            launches.finish(conn, second, ok=True, status="spawned", reason="result", num_turns=3)
+        row = conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s", (mid,)).fetchone()
+        assert row["status"] == "spawned"
+        events = [r["event"] for r in conn.execute(
+            "SELECT event FROM synedre.audit_log WHERE message_id = %s ORDER BY id", (mid,))]
+        assert events[-1] == "spawn_action_done" and events.count("spawn_started") == 2
+
+
+def test_selection_skips_noise_and_recently_launched(db, tmp_path):
+    mid = classified_message(db, tmp_path, intent="question")
+    with connect(db) as conn:
+        assert launches.selectable(conn) == [mid]
+        with conn.transaction():
+            conn.execute("INSERT INTO synedre.audit_log (message_id, event) VALUES (%s, 'spawn_failed')", (mid,))
+        assert launches.selectable(conn) == []
+        with conn.transaction():
+            assert launches.claim(conn, mid) is None
