@@ -1,0 +1,62 @@
+"""Persona: own lessons first, budgets respected, a lessons failure reported, never silent."""
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from synedre.ai.providers.local import hashed_vector
+from synedre.spawn import persona
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def vec(text):
+    return hashed_vector(text, 1024)
+
+
+@pytest.fixture
+def conn(db):
+    with psycopg.connect(db, row_factory=dict_row, autocommit=True) as c:
+        c.execute("SET search_path TO synedre, public")  # as the application's pool does
+        c.execute("DELETE FROM synedre.lessons")
+        c.execute("DELETE FROM synedre.founder_preferences")
+        backend = c.execute("SELECT id FROM synedre.agents WHERE codename = 'backend'").fetchone()["id"]
+        frontend = c.execute("SELECT id FROM synedre.agents WHERE codename = 'frontend'").fetchone()["id"]
+        for owner, title, body in [
+            (backend, "migrations", "toujours une migration réversible avant de toucher au schéma SQL"),
+            (frontend, "css", "ne jamais toucher aux composants publics partagés du checkout"),
+            (None, "git", "jamais de git stash, toujours des commits atomiques"),
+        ]:
+            c.execute("INSERT INTO synedre.lessons (owner_agent_id, title, body, embedding) VALUES (%s, %s, %s, %s)",
+                      (owner, title, body, str(vec(f"{title} {body}"))))
+        c.execute("INSERT INTO synedre.founder_preferences (key, value) VALUES ('ton', 'vouvoiement, concis')")
+        yield c
+
+
+def test_own_lessons_come_before_global_ones_and_others_lessons_never(conn):
+    p = persona.load(conn, "backend", query="migration du schéma SQL", embed=vec)
+    assert p.lessons_error is None
+    assert p.lessons[0].startswith("migrations") and p.lessons[1].startswith("git")
+    assert not any(lesson.startswith("css") for lesson in p.lessons)
+    assert p.preferences == ["ton: vouvoiement, concis"]
+
+
+def test_renderings_stay_within_their_budgets_and_grow(conn):
+    p = persona.load(conn, "backend", query="x", embed=vec)
+    sizes = {level: len(persona.render(p, level)) for level in persona.BUDGETS}
+    for level, tokens in persona.BUDGETS.items():
+        assert sizes[level] <= tokens * persona.CHARS_PER_TOKEN
+    assert sizes["core"] < sizes["metier"] <= sizes["full"]
+    assert "Périmètre" in persona.render(p, "metier") and "Périmètre" not in persona.render(p, "core")
+
+
+def test_a_lessons_failure_is_reported_not_swallowed(conn):
+    p = persona.load(conn, "backend", query="x", embed=lambda _: None)
+    assert p.lessons == [] and "no embedding provider" in p.lessons_error
+    def boom(_):
+        raise TimeoutError("embedding timed out")
+    assert "TimeoutError" in persona.load(conn, "backend", query="x", embed=boom).lessons_error
+
+
+def test_unknown_agent_is_an_error(conn):
+    with pytest.raises(LookupError):
+        persona.load(conn, "nobody", query="x", embed=vec)
