@@ -20,6 +20,7 @@ def schedule() -> dict:
             "task": "synedre.poll", "schedule": s.poll_interval_s, "args": [box],
             "options": {"expires": s.poll_interval_s - 5},
         }
+    entries["spawn-select"] = {"task": "synedre.spawn_select", "schedule": 60.0, "options": {"expires": 55}}
     entries["sweep"] = {"task": "synedre.sweep", "schedule": SWEEP_EVERY_S,
                         "options": {"expires": SWEEP_EVERY_S}}
     return entries

@@ -34,7 +34,7 @@ task_ignore_result = True
 task_queues = [Queue(name) for name in STAGES]
 task_default_queue = "poll"
 task_routes = {**{f"synedre.{name}": {"queue": name} for name in STAGES},
-               "synedre.sweep": {"queue": "poll"}}
+               "synedre.sweep": {"queue": "poll"}, "synedre.spawn_select": {"queue": "poll"}}
 
 task_serializer = "json"
 accept_content = ["json"]
@@ -47,7 +47,7 @@ worker_hijack_root_logger = False
 worker_send_task_events = True
 task_send_sent_event = True
 
-imports = ["tasks.poll", "tasks.scan", "tasks.ocr", "tasks.classify", "tasks.materialize", "tasks.sweep",
+imports = ["tasks.poll", "tasks.scan", "tasks.ocr", "tasks.classify", "tasks.materialize", "tasks.sweep", "tasks.spawn",
            "beat_schedule"]
 
 beat_scheduler = "redbeat.RedBeatScheduler"

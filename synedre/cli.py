@@ -23,6 +23,8 @@ app.add_typer(db_app, name="db")
 app.add_typer(directory_app, name="directory")
 report_app = typer.Typer(no_args_is_help=True, help="Reports.")
 app.add_typer(report_app, name="report")
+spawn_app = typer.Typer(no_args_is_help=True, help="The launch kill switch (durable, fleet-wide).")
+app.add_typer(spawn_app, name="spawn")
 console = Console()
 err = Console(stderr=True, soft_wrap=True)
 
@@ -115,6 +117,116 @@ def report_calibration(days: int = typer.Option(30, min=1, help="Window, in days
 
     with db.transaction() as conn:
         sys.stdout.write(render(collect(conn, days=days)) + "\n")
+
+
+@spawn_app.command("pause")
+def spawn_pause(reason: str = typer.Option("operator", help="Why, for the record")) -> None:
+    """Stop new launches fleet-wide (checked at the start of every launch; survives restarts)."""
+    from synedre import kv
+    from synedre.spawn import locks
+
+    locks.pause(kv.client(), by=os.environ.get("USER", "operator"), reason=reason)
+    console.print("launches paused")
+
+
+@spawn_app.command("resume")
+def spawn_resume() -> None:
+    """Allow launches again."""
+    from synedre import kv
+    from synedre.spawn import locks
+
+    locks.resume(kv.client())
+    console.print("launches resumed")
+
+
+@spawn_app.command("status")
+def spawn_status() -> None:
+    """Is launching allowed, and how many slots are taken."""
+    from synedre import kv
+    from synedre.spawn import locks
+
+    r = kv.client()
+    s = get_settings()
+    console.print_json(data={**locks.status(r), "env_disabled": s.spawn_disabled,
+                             "disabled_reason": locks.spawn_disabled(r, s.spawn_disabled),
+                             "slots_in_use": locks.LaunchSemaphore(r, limit=s.max_concurrent_launches).in_use()})
+
+
+@app.command()
+def locks(stale_after: float = typer.Option(600.0, help="Seconds without renewal that count as stale")) -> None:
+    """Launch locks held too long without renewal (the watchdog's view)."""
+    from synedre import kv
+    from synedre.spawn import locks as spawn_locks
+
+    stale = spawn_locks.stale_locks(kv.client(), older_than_s=stale_after)
+    console.print_json(data=stale)
+    raise typer.Exit(1 if stale else 0)
+
+
+@app.command("launches")
+def list_launches(running: bool = typer.Option(False, "--running", help="Only running launches")) -> None:
+    """Recent launches with their outcome."""
+    from synedre import db
+
+    with db.transaction() as conn:
+        rows = conn.execute(
+            "SELECT l.id, l.message_id, l.attempt, l.status, l.model, l.system_prompt, l.session_id,"
+            " l.num_turns, l.cost_usd, l.exit_code, l.stop_reason, l.started_at, l.ended_at"
+            " FROM synedre.launches l WHERE NOT %s OR l.status = 'running' ORDER BY l.id DESC LIMIT 50",
+            (running,)).fetchall()
+    table = Table("id", "message", "try", "status", "model", "prompt", "turns", "cost", "exit", "stop", "started")
+    for r in rows:
+        table.add_row(str(r["id"]), str(r["message_id"]), str(r["attempt"]), r["status"], r["model"] or "",
+                      r["system_prompt"] or "", str(r["num_turns"] or ""), str(r["cost_usd"] or ""),
+                      str(r["exit_code"] if r["exit_code"] is not None else ""), r["stop_reason"] or "",
+                      r["started_at"].strftime("%Y-%m-%d %H:%M:%S"))
+    console.print(table)
+
+
+@app.command()
+def tail(message: str, follow: bool = typer.Option(True, help="Keep following until the launch ends"),
+         interval: float = typer.Option(1.0, help="Seconds between reads")) -> None:
+    """Follow a message's launch events live from the database, like tail -f."""
+    import time
+
+    from synedre import db
+    from synedre.db import messages as sql
+
+    seen = -1
+    with db.transaction() as conn:
+        mid = sql.lookup(conn, message)
+    if mid is None:
+        fail(f"no message {message!r}")
+    while True:
+        with db.transaction() as conn:
+            launch = conn.execute("SELECT id, status FROM synedre.launches WHERE message_id = %s"
+                                  " ORDER BY attempt DESC LIMIT 1", (mid,)).fetchone()
+            rows = [] if launch is None else conn.execute(
+                "SELECT seq, event_type, subtype, tool_name, payload FROM synedre.launch_events"
+                " WHERE launch_id = %s AND seq > %s ORDER BY seq", (launch["id"], seen)).fetchall()
+        for r in rows:
+            seen = r["seq"]
+            if r["event_type"] == "stream_event":
+                continue
+            console.print(f"{r['seq']:5d} {r['event_type']}{'/' + r['subtype'] if r['subtype'] else ''}"
+                          f"{' ' + r['tool_name'] if r['tool_name'] else ''} {escape(_summary(r['payload']))}")
+        if not follow or (launch is not None and launch["status"] != "running"):
+            return
+        time.sleep(interval)
+
+
+def _summary(payload: dict) -> str:
+    content = (payload.get("message") or {}).get("content") or []
+    for block in content if isinstance(content, list) else []:
+        if block.get("type") == "tool_use":
+            return json.dumps(block.get("input"), ensure_ascii=False)[:100]
+        if block.get("type") == "text":
+            return block.get("text", "")[:100]
+        if block.get("type") == "tool_result":
+            return str(block.get("content"))[:100]
+    if payload.get("type") == "result":
+        return f"{payload.get('subtype')} turns={payload.get('num_turns')} cost={payload.get('total_cost_usd')}"
+    return ""
 
 
 @app.command()

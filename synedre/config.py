@@ -41,6 +41,19 @@ class Settings(BaseSettings):
     max_scan_bytes: int = 50 * 1024 * 1024  # per message
     ocr_languages: str = "fra+eng"
     ocr_timeout_s: float = 60.0
+
+    # Launch (SPEC §8)
+    spawn_disabled: bool = False  # the environment kill switch
+    claude_bin: str = "claude"
+    workspace_repo: Path | None = None  # the repository agents work in
+    workspace_base_branch: str = "preprod"
+    worktree_disabled: bool = False
+    idle_timeout_s: float = 1200.0
+    hard_timeout_s: float = 6600.0
+    launch_budget_s: float = 2400.0
+    max_budget_usd: float = 5.0
+    max_concurrent_launches: int = 3
+    agent_is_sandbox: bool = False  # IS_SANDBOX=1 for the CLI: only inside a sandbox, as root
     db_timeout_s: float = 10.0
 
     # AI facade: a key comes from SYNEDRE_<PROVIDER>_API_KEY, else from the file

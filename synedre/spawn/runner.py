@@ -1,0 +1,392 @@
+"""The process side of a launch (SPEC §8 Process, Stream, Timeouts; §12b process group).
+
+`build_argv` writes the CLI's arguments in the SPEC's order; `run` drives the CLI under a
+pty until it ends, a timer fires or the caller asks it to stop, and on every path kills
+the CLI's process group and every process that inherited the run's token (`_kill_all`).
+Persistence is the caller's callback: `run` redacts, parses and writes the NDJSON log
+itself, and hands typed events to `on_events`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import pexpect
+
+from synedre.log import log
+from synedre.spawn.redact import Redactor
+from synedre.spawn.stream import Event, LineReader, ResultMessage, StreamParseError, SystemInit, \
+    parse_event
+
+IDLE_EXIT, HARD_EXIT = 125, 124
+# Linux refuses (E2BIG) one argument longer than MAX_ARG_STRLEN = 32 pages, 128 KiB with
+# 4 KiB pages, its NUL included; larger pages only raise it. The margin is a safety net.
+MAX_ARG_BYTES = 128 * 1024 - 1024
+READ_SIZE = 65536
+# How long one read waits for data: the upper bound on how late a timer or `stop` is seen.
+POLL_S = 0.2
+TERM_GRACE_S = 3.0  # SIGTERM, then SIGKILL whatever of the run is left after this
+KILL_WAIT_S = 2.0
+EXIT_WAIT_S = 2.0  # after EOF, for the leader to finish exiting on its own
+WRITER_JOIN_S = 30.0  # a callback stuck longer than this is logged and abandoned
+QUEUE_BATCHES = 4
+# Set in the child's environment; every process of the run inherits it (see `_kill_all`).
+RUN_TOKEN_VAR = "SYNEDRE_RUN_TOKEN"
+
+
+@dataclass(frozen=True)
+class Limits:
+    idle_timeout_s: float = 1200.0  # no byte at all on the pty for this long -> "idle"
+    hard_timeout_s: float = 6600.0  # from the start -> "hard"
+    budget_s: float = 2400.0        # the Python launch budget, also from the start -> "budget"
+    result_grace_s: float = 5.0     # after the `result` event, before the group is killed
+
+
+@dataclass
+class RunOutcome:
+    # The process's own code when it ended by itself (-N: killed by a signal N not ours),
+    # IDLE_EXIT / HARD_EXIT on timeouts, None when we killed it otherwise.
+    exit_code: int | None
+    stop_reason: str  # "result" | "exited" | "idle" | "hard" | "budget" | "error" | "interrupted"
+    session_id: str | None
+    result: ResultMessage | None
+    events: int
+    skipped_lines: int  # pty lines that were not JSON objects, plus oversized ones
+    duration_s: float
+    error: BaseException | None = None  # set with stop_reason "error"
+    pgid: int | None = None  # the (now killed) process group, for logs and audits
+
+
+@dataclass(frozen=True)
+class UnparsedEvent:
+    """A line `parse_event` refused (a known kind lacking a field): kept, with the reason."""
+    error: str
+    raw: dict[str, Any] = field(repr=False)
+    tool_name: None = None
+
+    @property
+    def event_type(self) -> str:
+        t = self.raw.get("type")
+        return t if isinstance(t, str) else "unparsed"
+
+    @property
+    def subtype(self) -> str | None:
+        s = self.raw.get("subtype")
+        return s if isinstance(s, str) else None
+
+
+AnyEvent = Event | UnparsedEvent
+Batch = list[tuple[AnyEvent, dict[str, Any]]]
+
+
+def _fit_arg(text: str, what: str) -> str:
+    data = text.encode("utf-8")
+    if len(data) <= MAX_ARG_BYTES:
+        return text
+    note = (f"\n\n[NOTE: this {what} was truncated from {len(data)} to about {MAX_ARG_BYTES} bytes "
+            "to fit the operating system's per-argument limit; the end of the original is missing.]")
+    keep = MAX_ARG_BYTES - len(note.encode("utf-8"))
+    # errors="ignore" drops a multi-byte character cut in half at the boundary.
+    return data[:keep].decode("utf-8", errors="ignore") + note
+
+
+def build_argv(claude_bin: str, *, add_dir: str | Path, prompt: str, system_prompt: str, model: str,
+               resume_session: str | None = None, max_turns: int | None = None,
+               allowed_tools: str | Sequence[str] | None = None, strict_mcp: bool = True,
+               max_budget_usd: float | None = None) -> list[str]:
+    """The CLI's argv in SPEC §8's order: `--add-dir` is variadic, so it comes right after
+    `-p`, and the prompt is last. A prompt over MAX_ARG_BYTES is truncated and says so; a
+    system prompt that long is our own bug (cutting it would drop guard rails): ValueError."""
+    if len(system_prompt.encode("utf-8")) > MAX_ARG_BYTES:
+        raise ValueError(f"system prompt exceeds {MAX_ARG_BYTES} bytes")
+    argv = [claude_bin, "-p", "--add-dir", str(add_dir)]
+    argv += ["--resume", resume_session] if resume_session else ["--no-session-persistence"]
+    argv += ["--exclude-dynamic-system-prompt-sections"]
+    if strict_mcp:
+        argv += ["--strict-mcp-config"]
+    argv += ["--output-format", "stream-json", "--verbose", "--include-partial-messages",
+             "--include-hook-events", "--model", model]
+    if max_turns is not None:
+        argv += ["--max-turns", str(max_turns)]
+    if allowed_tools is not None:
+        argv += ["--allowed-tools",
+                 allowed_tools if isinstance(allowed_tools, str) else ",".join(allowed_tools)]
+    if max_budget_usd is not None:
+        argv += ["--max-budget-usd", str(float(max_budget_usd))]
+    argv += ["--append-system-prompt", system_prompt, "--permission-mode", "bypassPermissions",
+             _fit_arg(prompt, "prompt")]
+    return argv
+
+
+class _EventWriter:
+    """Calls `on_events` from its own thread so persistence never stalls the pty reader.
+
+    Policy: the reader never waits. `add` appends to a pending batch and offers it to a
+    bounded queue without blocking; while the queue is full (the callback is slow), the
+    batch keeps growing and goes at a later offer, and the writer merges whatever is
+    queued into one call: a slow database gets fewer, bigger writes, not a stalled agent.
+    The only cost is memory, bounded by the stream itself. Batches keep stream order
+    (one writer thread), so a pair's position across all calls is its sequence number.
+    A callback that raises stops further calls; `run` sees `error` and ends the launch.
+    """
+
+    def __init__(self, on_events: Callable[[Batch], None]):
+        self._on_events = on_events
+        self._queue: queue.Queue[Batch | None] = queue.Queue(QUEUE_BATCHES)
+        self._pending: Batch = []
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="spawn-events", daemon=True)
+        self._thread.start()
+
+    def add(self, pairs: Batch) -> None:
+        self._pending.extend(pairs)
+        if self._pending:
+            try:
+                self._queue.put_nowait(self._pending)
+                self._pending = []
+            except queue.Full:
+                pass
+
+    def close(self) -> None:
+        # The process is gone: waiting for room in the queue no longer stalls anything.
+        deadline = time.monotonic() + WRITER_JOIN_S
+        for item in ([self._pending] if self._pending else []) + [None]:
+            try:
+                self._queue.put(item, timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Full:
+                break
+        self._pending = []
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            log.error("spawn_events_writer_stuck", waited_s=WRITER_JOIN_S)
+
+    def _loop(self) -> None:
+        done = False
+        while not done:
+            batch = self._queue.get()
+            if batch is None:
+                return
+            while True:  # merge what piled up while the previous call ran
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    done = True
+                    break
+                batch = batch + more
+            if self.error is None:
+                try:
+                    self._on_events(batch)
+                except Exception as exc:  # noqa: BLE001 - handed to `run`, which ends the launch
+                    self.error = exc
+
+
+def _marked(token: str) -> list[int]:
+    """Live processes whose environment carries this run's token (Linux /proc). A zombie's
+    environ reads empty, so the dead are not listed; other users' processes are unreadable."""
+    needle = f"{RUN_TOKEN_VAR}={token}".encode()
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if needle in Path(entry.path, "environ").read_bytes().split(b"\0"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def _signal_all(pgid: int, pids: list[int], sig: int) -> None:
+    targets = [("group", pgid)]
+    for pid in pids:
+        try:  # a Bash tool shell leads its own group: take the group, env-clearing children too
+            targets.append(("group", pid) if os.getpgid(pid) == pid else ("pid", pid))
+        except ProcessLookupError:
+            continue
+    for kind, ident in targets:
+        if kind == "group" and ident == os.getpgrp():
+            continue  # never our own group
+        try:
+            os.killpg(ident, sig) if kind == "group" else os.kill(ident, sig)
+        except (ProcessLookupError, PermissionError):
+            continue
+
+
+def _kill_all(child: pexpect.spawn, token: str) -> None:
+    """SIGTERM the CLI's group and every process carrying the run token, SIGKILL what is left.
+
+    Why not only the group: the CLI (2.1.332) starts each Bash tool shell in a session of
+    its own (setsid), so killpg on the CLI's group misses them, and what they put in the
+    background outlives the CLI. They inherit the environment, hence the token; one that
+    replaces its environment and leaves its group escapes (documented limit).
+    The leader is reaped while waiting: an unreaped (zombie) leader would keep its group
+    "alive" to kill(0), and until then its pid, hence the pgid, cannot be reused."""
+    pgid = child.pid
+    for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, KILL_WAIT_S)):
+        _signal_all(pgid, _marked(token), sig)
+        deadline = time.monotonic() + wait
+        while True:
+            child.isalive()  # waitpid(WNOHANG) on the leader
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                if not _marked(token):
+                    return
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+    log.error("spawn_processes_survived_sigkill", pgid=pgid, pids=_marked(token))
+
+
+class _Stream:
+    """bytes -> redacted dicts -> NDJSON file + typed events, in the reader thread."""
+
+    def __init__(self, redactor: Redactor, ndjson: IO[bytes] | None, writer: _EventWriter,
+                 on_session: Callable[[str], None] | None):
+        self.reader = LineReader()
+        self.redactor, self.ndjson, self.writer, self.on_session = redactor, ndjson, writer, on_session
+        self.events = 0
+        self.session_id: str | None = None
+        self.result: ResultMessage | None = None
+
+    def handle(self, objs: list[dict[str, Any]]) -> None:
+        if not objs:
+            return
+        batch: Batch = []
+        for obj in objs:
+            # Redact first: nothing below, nor any file or callback, ever sees the raw line.
+            safe = self.redactor.redact_obj(obj)
+            try:
+                event: AnyEvent = parse_event(safe)
+            except StreamParseError as exc:
+                event = UnparsedEvent(exc.message, safe)
+            if self.ndjson:
+                self.ndjson.write(json.dumps(safe, ensure_ascii=False).encode("utf-8") + b"\n")
+            batch.append((event, safe))
+            self.events += 1
+            if isinstance(event, SystemInit) and self.session_id is None:
+                self.session_id = event.session_id
+                if self.on_session:  # at once: a timeout later must be resumable
+                    self.on_session(event.session_id)
+            elif isinstance(event, ResultMessage) and self.result is None:
+                self.result = event
+                self.session_id = self.session_id or event.session_id
+        if self.ndjson:
+            self.ndjson.flush()
+        self.writer.add(batch)
+
+
+def _drain(child: pexpect.spawn, stream: _Stream) -> None:
+    """What the group wrote before it died, then the final line written without a newline."""
+    for _ in range(1024):  # bounded: at most 64 MiB
+        try:
+            stream.handle(stream.reader.feed(child.read_nonblocking(READ_SIZE, timeout=0)))
+        except (pexpect.TIMEOUT, pexpect.EOF, OSError):
+            break
+    stream.handle(stream.reader.close())
+
+
+def run(argv: list[str], *, cwd: str | Path, env: dict[str, str], limits: Limits, redactor: Redactor,
+        on_events: Callable[[Batch], None], ndjson_path: Path | None,
+        on_session: Callable[[str], None] | None = None,
+        stop: threading.Event | None = None) -> RunOutcome:
+    """Run the CLI to its end and kill everything it started, on every path.
+
+    Stop reasons: "result" (the result event came; the process got `result_grace_s` to
+    exit, a `stop` during the grace only shortens it), "exited" (EOF without a result),
+    "idle", "hard", "budget" (Limits), "interrupted" (`stop` set by the caller: worker
+    shutdown), "error" (spawn failure, persistence callback failure, a bug: `error` holds
+    the exception). KeyboardInterrupt / SystemExit kill everything too, then propagate.
+    The NDJSON file is appended to, never truncated."""
+    started = time.monotonic()
+    writer = _EventWriter(on_events)
+    ndjson = ndjson_path.open("ab") if ndjson_path else None
+    stream = _Stream(redactor, ndjson, writer, on_session)
+    child: pexpect.spawn | None = None
+    token = uuid.uuid4().hex
+    reason, error, exited_alone = "error", None, False
+    try:
+        child = pexpect.spawn(argv[0], argv[1:], cwd=str(cwd), env={**env, RUN_TOKEN_VAR: token},
+                              dimensions=(50, 200), echo=False, encoding=None)
+        reason = _read(child, stream, writer, limits, started, stop)
+    except Exception as exc:  # noqa: BLE001 - returned as stop_reason "error" for the caller to audit
+        reason, error = "error", exc
+    finally:
+        try:
+            if child is not None:
+                exited_alone = not child.isalive()  # checked before we signal anything
+                _kill_all(child, token)
+                _drain(child, stream)
+                child.close(force=True)
+        finally:
+            writer.close()
+            if ndjson:
+                ndjson.close()
+    if error is None and writer.error is not None:  # possibly the last batch, after the exit
+        reason, error = "error", writer.error
+    if reason == "idle":
+        exit_code: int | None = IDLE_EXIT
+    elif reason in ("hard", "budget"):
+        exit_code = HARD_EXIT
+    elif exited_alone and child is not None:
+        exit_code = child.exitstatus if child.exitstatus is not None else -(child.signalstatus or 0)
+    else:
+        exit_code = None  # we killed it: it has no code of its own
+    outcome = RunOutcome(exit_code, reason, stream.session_id, stream.result, stream.events,
+                         stream.reader.skipped + stream.reader.oversized, time.monotonic() - started,
+                         error, child.pid if child else None)
+    log.info("spawn_run_end", pgid=outcome.pgid, stop_reason=reason, exit_code=exit_code,
+             session_id=outcome.session_id, events=outcome.events, skipped_lines=outcome.skipped_lines,
+             duration_s=round(outcome.duration_s, 2), error=type(error).__name__ if error else None)
+    return outcome
+
+
+def _read(child: pexpect.spawn, stream: _Stream, writer: _EventWriter, limits: Limits, started: float,
+          stop: threading.Event | None) -> str:
+    """The read loop; returns the stop reason. Every timer is checked between reads of at
+    most POLL_S, so a busy stream cannot starve them."""
+    # ptyprocess forks, calls setsid() and execs before spawn returns: the child leads its
+    # own session and group. Never let killpg reach our own group by mistake.
+    pgid = os.getpgid(child.pid)
+    if pgid != child.pid:
+        raise RuntimeError(f"child {child.pid} does not lead its own process group ({pgid})")
+    deadline, deadline_reason = min((limits.hard_timeout_s, "hard"), (limits.budget_s, "budget"))
+    last_byte, result_at = started, None
+    while True:
+        now = time.monotonic()
+        if writer.error is not None:
+            return "error"
+        if result_at is not None:
+            if now - result_at >= limits.result_grace_s or (stop and stop.is_set()):
+                return "result"
+        elif stop and stop.is_set():
+            return "interrupted"
+        elif now - started >= deadline:
+            return deadline_reason
+        elif now - last_byte >= limits.idle_timeout_s:
+            return "idle"
+        try:
+            data = child.read_nonblocking(READ_SIZE, timeout=POLL_S)
+        except pexpect.TIMEOUT:
+            continue
+        except pexpect.EOF:  # the pty closed, or pexpect saw the leader die
+            # The pty closes while the leader exits: give it a moment to become reapable,
+            # so its own exit code is read rather than replaced by our SIGTERM.
+            end = time.monotonic() + EXIT_WAIT_S
+            while child.isalive() and time.monotonic() < end:
+                time.sleep(0.02)
+            return "result" if stream.result else "exited"
+        last_byte = time.monotonic()
+        stream.handle(stream.reader.feed(data))
+        if stream.result and result_at is None:
+            result_at = last_byte

@@ -1,0 +1,199 @@
+"""Stage `spawn`: launch the coding agent once per message, observed and bounded (SPEC §8).
+
+Guards in order: the kill switches, the message's Redis lock (a duplicate, a redelivery,
+a manual call, a second worker: `spawn_skipped_lock_held`), a fleet-wide slot, then the
+PostgreSQL claim, the source of truth, whose attempt number fences every later write.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from synedre import ai, db, kv
+from synedre.classify import resolution
+from synedre.classify.split import split_cover_quoted
+from synedre.config import Settings, get_settings
+from synedre.db import launches, pipeline
+from synedre.ingest.mime import body_text
+from synedre.log import log
+from synedre.orchestrate.contract import read_contract
+from synedre.spawn import locks, persona, prompt, routing, runner, workspace
+from synedre.spawn.redact import Redactor
+
+DEFAULT_AGENT = "atlas"
+SUCCESS_STATUS, FAILED_STATUS = "spawned", "spawn_failed"
+
+
+class NoSlot(Exception):
+    """Three launches already run fleet-wide: try again later (transient)."""
+
+
+@dataclass(frozen=True)
+class Result:
+    ok: bool
+    reason: str
+
+
+def redactor(s: Settings) -> Redactor:
+    secrets = list(s.secret_values())
+    url = s.database_url or ""
+    if urlsplit(url).password:
+        secrets.append(urlsplit(url).password)
+    return Redactor(secrets)
+
+
+def agent_env(s: Settings, launch_id: int, home: Path) -> dict[str, str]:
+    """What the agent gets, and nothing else: no database password, no other secret."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
+           "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+           "CLAUDE_CODE_TMPDIR": str(home / "tmp"), "SYNEDRE_WORKER_CONTEXT": f"launch:{launch_id}",
+           "GIT_AUTHOR_NAME": "Atlas", "GIT_AUTHOR_EMAIL": "atlas@synedre.invalid",
+           "GIT_COMMITTER_NAME": "Atlas", "GIT_COMMITTER_EMAIL": "atlas@synedre.invalid"}
+    key, _ = s.resolve_key("anthropic")
+    if key is not None:
+        env["ANTHROPIC_API_KEY"] = key.get_secret_value()
+    if s.anthropic_base_url:
+        env["ANTHROPIC_BASE_URL"] = s.anthropic_base_url
+    if s.agent_is_sandbox:
+        env["IS_SANDBOX"] = "1"
+    return env
+
+
+def succeeded(outcome: runner.RunOutcome, max_turns: int | None, contract_valid: bool) -> Result:
+    """SPEC §8: never trust the exit code alone."""
+    r = outcome.result
+    if r is None:
+        return Result(False, outcome.stop_reason)
+    if r.subtype != "success" or r.is_error:
+        return Result(False, f"result:{r.subtype}:is_error={r.is_error}")
+    if r.permission_denials:
+        return Result(False, "permission_denials")
+    if max_turns is not None and (r.num_turns or 0) > max_turns:
+        return Result(False, "turn_cap_exceeded")
+    if not contract_valid:
+        return Result(False, "invalid_contract")
+    return Result(True, "success")
+
+
+def run(message_id: int, s: Settings | None = None, stop: threading.Event | None = None) -> Result | None:
+    s = s or get_settings()
+    r = kv.client()
+    if reason := locks.spawn_disabled(r, s.spawn_disabled):
+        log.warning("spawn_disabled", message=message_id, reason=reason)
+        return None
+    lock = locks.MessageLock(r, str(message_id))
+    if not lock.acquire():
+        with db.transaction() as conn:
+            pipeline.audit(conn, message_id, "spawn_skipped_lock_held", holder=lock.holder())
+        return None
+    slot = locks.LaunchSemaphore(r, limit=s.max_concurrent_launches)
+    beats = []
+    try:
+        if not slot.acquire():
+            raise NoSlot(f"{s.max_concurrent_launches} launches already running")
+        stop = stop or threading.Event()
+        beats = [locks.Heartbeat(g, on_lost=stop.set) for g in (lock, slot)]
+        for b in beats:
+            b.start()
+        return _launch(message_id, s, stop)
+    finally:
+        for b in beats:
+            b.stop()
+        slot.release()
+        lock.release()
+
+
+def _launch(message_id: int, s: Settings, stop: threading.Event) -> Result | None:
+    with db.transaction() as conn:
+        state = pipeline.lock(conn, message_id)
+        if state is None or state["status"] != "classified":
+            return None
+        directory = pipeline.load_directory(conn)
+        split = split_cover_quoted(body_text(bytes(state["raw"])))
+        who = resolution.resolve(state["envelope_from"], split, directory)
+        route = routing.resolve(conn, state["client_id"], state["chantier_id"], routing.http_healthy)
+        bundle = persona.load(conn, DEFAULT_AGENT, query=f"{state['subject']}\n{split.cover}"[:2000],
+                              embed=_embed, chantier_id=state["chantier_id"])
+        system = prompt.system_prompt(state["intent"], state["complexity"], persona.render(bundle))
+        claim = launches.claim(conn, message_id, agent_codename=DEFAULT_AGENT, model=route.model,
+                               model_route=route.as_dict(), system_prompt=system.kind,
+                               max_turns=system.max_turns)
+        if claim is None:
+            return None
+        if bundle.lessons_error:
+            pipeline.audit(conn, message_id, "persona_lessons_failed", error=bundle.lessons_error)
+        if route.fallback_reason:
+            pipeline.audit(conn, message_id, "model_route_fallback", reason=route.fallback_reason)
+        attachments = [a["filename"] or a["content_type"] for a in pipeline.attachments(conn, message_id)]
+    user = prompt.user_prompt(
+        message_ref=state["message_id_header"], client=f"{who.client_codename or 'unknown'} ({who.source})",
+        intent=state["intent"], complexity=state["complexity"], confidence=state["confidence"] or 0.0,
+        rationale=state["rationale"] or "", cover=split.cover, quoted=split.quoted, attachments=attachments)
+    return _run_agent(claim, state, s, system, user, route.model, stop)
+
+
+def _embed(text: str) -> list[float] | None:
+    e = ai.embed("lessons_embedding", [text])
+    if e is None:
+        raise RuntimeError(ai.last_failure() or "no embedding")
+    return e.vectors[0]
+
+
+def _run_agent(claim, state, s: Settings, system, user: str, model: str, stop: threading.Event) -> Result:
+    base = (s.state_dir / "launches" / str(claim.launch_id)).resolve()
+    (base / "home" / "tmp").mkdir(parents=True, exist_ok=True, mode=0o700)
+    repo = s.workspace_repo or base / "scratch"
+    if s.workspace_repo is None:  # no repository configured: an empty one, so git still works
+        workspace.init_scratch(repo, s.workspace_base_branch)
+    ws = workspace.open_workspace(Path(repo), base_branch=s.workspace_base_branch,
+                                  name=f"msg-{claim.message_id}-a{claim.attempt}", disabled=s.worktree_disabled)
+    (ws.path / Path(prompt.CONTRACT_PATH).parent).mkdir(parents=True, exist_ok=True)
+    ndjson = base / "events.ndjson"
+    with db.transaction() as conn:
+        launches.update(conn, claim, worktree=str(ws.path), branch=ws.branch, ndjson_path=str(ndjson))
+        if ws.fallback_reason:
+            pipeline.audit(conn, claim.message_id, "worktree_fallback", reason=ws.fallback_reason)
+    seq = [0]
+
+    def persist(batch):
+        with db.transaction() as conn:
+            seq[0] = launches.add_events(conn, claim, seq[0], [
+                (e.event_type, e.subtype, e.tool_name, payload) for e, payload in batch])
+
+    def session(session_id: str):
+        with db.transaction() as conn:
+            launches.update(conn, claim, session_id=session_id)
+
+    argv = runner.build_argv(s.claude_bin, add_dir=ws.path, prompt=user, system_prompt=system.text,
+                             model=model, max_turns=system.max_turns, max_budget_usd=s.max_budget_usd)
+    limits = runner.Limits(idle_timeout_s=s.idle_timeout_s, hard_timeout_s=s.hard_timeout_s,
+                           budget_s=s.launch_budget_s)
+    log.info("spawn_started", message=claim.message_id, attempt=claim.attempt, model=model, kind=system.kind)
+    outcome = runner.run(argv, cwd=ws.path, env=agent_env(s, claim.launch_id, base / "home"), limits=limits,
+                         redactor=redactor(s), on_events=persist, ndjson_path=ndjson, on_session=session,
+                         stop=stop)
+    contract = read_contract(ws.path / prompt.CONTRACT_PATH, "lean" if system.kind == "lean" else "rich")
+    verdict = succeeded(outcome, system.max_turns, contract.valid)
+    merged = workspace.merge_back(ws) if ws.isolated else None
+    salvage = None
+    if not verdict.ok:
+        salvage = {"commits": workspace.commits_since(ws),
+                   "contract": workspace.read_partial(ws, prompt.CONTRACT_PATH),
+                   "resumable": outcome.stop_reason in ("idle", "hard", "budget") and bool(outcome.session_id)}
+    r = outcome.result
+    with db.transaction() as conn:
+        launches.finish(conn, claim, ok=verdict.ok, status=SUCCESS_STATUS if verdict.ok else FAILED_STATUS,
+                        reason=verdict.reason, exit_code=outcome.exit_code,
+                        is_error=r.is_error if r else None, num_turns=r.num_turns if r else None,
+                        cost_usd=r.total_cost_usd if r else None,
+                        contract=contract.contract.model_dump() if contract.contract else None,
+                        salvage={**(salvage or {}), "merge": merged and merged.reason,
+                                 "contract_errors": contract.errors})
+    if ws.isolated:
+        workspace.close_workspace(ws)
+    log.info("spawn_finished", message=claim.message_id, ok=verdict.ok, reason=verdict.reason,
+             exit_code=outcome.exit_code, stop=outcome.stop_reason)
+    return verdict

@@ -1,0 +1,290 @@
+"""Git worktrees for agent launches (SPEC §8 Workspace).
+
+Each launch gets a worktree on a new branch `synedre/<name>` forked from the
+pre-production branch, so concurrent agents never share a working tree. After the
+agent commits, `merge_back` merges the branch into the trunk only if the trunk is
+clean and on that branch; it never stashes and never resets the trunk. Any failure of
+the worktree mechanism falls back to the trunk (`isolated=False`) with the reason
+recorded: a run is never lost because git misbehaved.
+
+Every git operation that changes a repository's worktrees or branches runs under
+`repo_lock`, one lock per repository shared by every process on the host.
+A worktree holding uncommitted work (untracked files included) is never deleted.
+"""
+from __future__ import annotations
+
+import fcntl
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from synedre.log import log
+
+BRANCH_PREFIX = "synedre/"
+GIT_TIMEOUT_S = 120.0  # a checkout of a large tree takes a while; a hung git must not
+LOCK_TIMEOUT_S = 60.0
+_LOCK_POLL_S = 0.05
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+class WorkspaceError(RuntimeError):
+    """A git command failed, timed out or could not start; the message carries stderr."""
+
+
+@dataclass(frozen=True)
+class Workspace:
+    path: Path  # where the agent runs: the worktree, or the trunk itself
+    branch: str | None  # `synedre/<name>`; None on the trunk
+    repo: Path  # the trunk's working tree
+    base_branch: str
+    isolated: bool  # False = trunk fallback
+    fallback_reason: str | None = None
+    base_sha: str | None = None  # where the agent started: commits after it are its own
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    merged: bool
+    reason: str
+    commits: list[str]  # "<sha> <subject>", oldest first
+
+
+def _git(cwd: Path, *args: str, ok: tuple[int, ...] = (0,),
+         timeout: float = GIT_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """The one way this module runs git; exit codes outside `ok` raise `WorkspaceError`."""
+    cmd = ["git", "-C", str(cwd), *args]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise WorkspaceError(f"git {' '.join(args)}: timed out after {timeout:g} s") from exc
+    except OSError as exc:
+        raise WorkspaceError(f"git {' '.join(args)}: {exc}") from exc
+    if proc.returncode not in ok:
+        detail = (proc.stderr.strip() or proc.stdout.strip())[-2000:]  # merge reports conflicts on stdout
+        raise WorkspaceError(f"git {' '.join(args)}: exit {proc.returncode}: {detail}")
+    return proc
+
+
+def _out(cwd: Path, *args: str) -> str:
+    return _git(cwd, *args).stdout.strip()
+
+
+def _dirty(path: Path) -> bool:
+    return bool(_out(path, "status", "--porcelain", "--untracked-files=all"))
+
+
+@contextmanager
+def repo_lock(repo: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Serialise git operations on one repository across processes and threads.
+
+    A file lock (flock on `<git dir>/synedre.lock`) rather than a Redis lock: worktrees
+    live on the same host as the repository's working tree, so the host's kernel is the
+    right arbiter, and it releases the lock when a holder dies (no TTL to tune). git's
+    own `index.lock`/ref locks make a concurrent command fail instead of waiting.
+    Raises `WorkspaceError` after `timeout_s`.
+    """
+    git_dir = Path(_out(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    deadline = time.monotonic() + timeout_s
+    with open(git_dir / "synedre.lock", "a") as fh:
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise WorkspaceError(f"{repo}: repository lock busy for {timeout_s:g} s")
+                time.sleep(_LOCK_POLL_S)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _worktrees(repo: Path) -> list[dict[str, str]]:
+    """`git worktree list --porcelain` as dicts: worktree, HEAD, branch, locked…"""
+    entries = []
+    for block in _git(repo, "worktree", "list", "--porcelain").stdout.split("\n\n"):
+        entry = dict((line.split(" ", 1) + [""])[:2] for line in block.splitlines() if line)
+        if entry:
+            entries.append(entry)
+    return entries
+
+
+def _trunk(repo: Path, base_branch: str, reason: str) -> Workspace:
+    log.warning("workspace_trunk_fallback", repo=str(repo), reason=reason)
+    try:
+        base_sha = _out(repo, "rev-parse", "--verify", "HEAD^{commit}")
+    except WorkspaceError:
+        base_sha = None  # salvage then reports no commits rather than failing
+    return Workspace(path=repo, branch=None, repo=repo, base_branch=base_branch,
+                     isolated=False, fallback_reason=reason, base_sha=base_sha)
+
+
+def open_workspace(repo: Path, *, base_branch: str, name: str, disabled: bool = False,
+                   root: Path | None = None) -> Workspace:
+    """A worktree on `synedre/<name>` forked from `base_branch`, else the trunk.
+
+    The worktree lives in `<root>/<repo name>/<name>`, `root` defaulting to
+    `<repo>/../.synedre-worktrees`. Reopening a name (a resumed launch) reuses its
+    worktree, or its branch if the worktree is gone, so earlier commits are kept.
+    `disabled` (the SYNEDRE_WORKTREE_DISABLED switch, read by the caller) or any
+    failure falls back to the trunk with `fallback_reason` set.
+    """
+    repo = repo.resolve()
+    if disabled:
+        return _trunk(repo, base_branch, "worktrees disabled by configuration")
+    branch = BRANCH_PREFIX + name
+    path = (root or repo.parent / ".synedre-worktrees").resolve() / repo.name / name
+    try:
+        if not _NAME.fullmatch(name):
+            raise WorkspaceError(f"invalid workspace name {name!r}")
+        with repo_lock(repo):
+            _out(repo, "rev-parse", "--verify", f"refs/heads/{base_branch}^{{commit}}")
+            existing = {Path(w["worktree"]): w.get("branch") for w in _worktrees(repo)}
+            if existing.get(path) != f"refs/heads/{branch}":
+                path.parent.mkdir(parents=True, exist_ok=True)
+                has_branch = _git(repo, "rev-parse", "--verify", "--quiet",
+                                  f"refs/heads/{branch}", ok=(0, 1)).returncode == 0
+                if has_branch:
+                    _out(repo, "worktree", "add", str(path), branch)
+                else:
+                    _out(repo, "worktree", "add", "-b", branch, str(path), base_branch)
+            base_sha = _out(repo, "merge-base", base_branch, branch)
+    except (WorkspaceError, OSError) as exc:
+        return _trunk(repo, base_branch, f"worktree unavailable: {exc}")
+    log.info("workspace_opened", repo=str(repo), path=str(path), branch=branch)
+    return Workspace(path=path, branch=branch, repo=repo, base_branch=base_branch,
+                     isolated=True, base_sha=base_sha)
+
+
+def commits_since(ws: Workspace) -> list[str]:
+    """The agent's commits since it started, "<sha> <subject>", oldest first (salvage)."""
+    if ws.base_sha is None:
+        return []
+    tip = ws.branch or "HEAD"
+    lines = _out(ws.repo, "log", "--reverse", "--format=%H %s", f"{ws.base_sha}..{tip}")
+    return lines.splitlines()
+
+
+def read_partial(ws: Workspace, relpath: str) -> str | None:
+    """A (possibly half-written) file from the workspace, None if absent (salvage)."""
+    path = (ws.path / relpath).resolve()
+    if not path.is_relative_to(ws.path.resolve()):
+        raise ValueError(f"{relpath!r} is outside the workspace")
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+
+
+def merge_back(ws: Workspace) -> MergeResult:
+    """Merge the agent's branch into the trunk: fast-forward, else a merge commit.
+
+    Only when the agent committed and the trunk is clean and on `base_branch`; a
+    conflicting merge is aborted, which restores the trunk exactly since it was clean.
+    """
+    if not ws.isolated:
+        return MergeResult(False, "trunk mode: commits are already on the trunk",
+                           commits_since(ws))
+    with repo_lock(ws.repo):
+        commits = _out(ws.repo, "log", "--reverse", "--format=%H %s",
+                       f"{ws.base_branch}..{ws.branch}").splitlines()
+        if not commits:
+            return MergeResult(False, "no commits to merge", [])
+        head = _git(ws.repo, "symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1))
+        if head.stdout.strip() != ws.base_branch:
+            return MergeResult(False, f"trunk is not on {ws.base_branch} "
+                               f"({head.stdout.strip() or 'detached HEAD'})", commits)
+        if _dirty(ws.repo):
+            return MergeResult(False, "trunk has uncommitted changes", commits)
+        fast_forward = _git(ws.repo, "merge-base", "--is-ancestor", ws.base_branch,
+                            ws.branch, ok=(0, 1)).returncode == 0
+        try:
+            _out(ws.repo, "merge", "--ff", "--no-edit", "-m",
+                 f"Merge {ws.branch} into {ws.base_branch}", ws.branch)
+        except WorkspaceError as exc:
+            if _git(ws.repo, "rev-parse", "--quiet", "--verify", "MERGE_HEAD",
+                    ok=(0, 1)).returncode == 0:
+                _out(ws.repo, "merge", "--abort")
+            log.warning("workspace_merge_failed", branch=ws.branch, error=str(exc))
+            return MergeResult(False, f"merge failed: {exc}", commits)
+    reason = "fast-forward" if fast_forward else "merge commit"
+    log.info("workspace_merged", branch=ws.branch, base=ws.base_branch, how=reason)
+    return MergeResult(True, reason, commits)
+
+
+def close_workspace(ws: Workspace) -> bool:
+    """Remove a clean worktree; True when nothing is left to clean up.
+
+    A worktree with uncommitted work is kept (False). The branch is deleted only if it
+    is merged into `base_branch`; otherwise it stays, holding the agent's commits.
+    """
+    if not ws.isolated:
+        return True
+    with repo_lock(ws.repo):
+        if ws.path.exists():
+            if _dirty(ws.path):
+                log.warning("workspace_kept_dirty", path=str(ws.path), branch=ws.branch)
+                return False
+            _out(ws.repo, "worktree", "remove", str(ws.path))
+        _out(ws.repo, "worktree", "prune")
+        merged = _git(ws.repo, "merge-base", "--is-ancestor", ws.branch, ws.base_branch,
+                      ok=(0, 1)).returncode == 0
+        if merged:
+            _out(ws.repo, "branch", "-D", ws.branch)
+    return True
+
+
+def _last_activity(path: Path) -> float:
+    """Newest mtime of the worktree directory and of its HEAD and index (git updates them)."""
+    admin = Path(_out(path, "rev-parse", "--absolute-git-dir"))
+    return max(p.stat().st_mtime for p in (path, admin / "HEAD", admin / "index") if p.exists())
+
+
+def prune_stale(repo: Path, older_than_s: float) -> list[Path]:
+    """At worker start: forget vanished worktrees, remove our clean idle ones.
+
+    "Ours" = on a `synedre/` branch and not locked. Idle = no activity for
+    `older_than_s`, which must exceed the launch budget: another worker's agent may be
+    running in one. Dirty worktrees are never removed; their branches are kept.
+    """
+    repo = repo.resolve()
+    removed: list[Path] = []
+    with repo_lock(repo):
+        _out(repo, "worktree", "prune")
+        for wt in _worktrees(repo):
+            path = Path(wt["worktree"])
+            if not wt.get("branch", "").startswith("refs/heads/" + BRANCH_PREFIX) \
+                    or "locked" in wt:
+                continue
+            try:
+                if time.time() - _last_activity(path) < older_than_s:
+                    continue
+                if _dirty(path):
+                    log.warning("workspace_stale_kept_dirty", path=str(path))
+                    continue
+                _out(repo, "worktree", "remove", str(path))
+            except WorkspaceError as exc:  # one broken worktree must not block the others
+                log.warning("workspace_prune_failed", path=str(path), error=str(exc))
+                continue
+            removed.append(path)
+    if removed:
+        log.info("workspace_pruned", repo=str(repo), count=len(removed))
+    return removed
+
+
+def init_scratch(repo: Path, base_branch: str) -> None:
+    """An empty repository with one commit on `base_branch`, for deployments that name
+    none: the agent still works in a worktree and its commits are still salvageable."""
+    if (repo / ".git").exists():
+        return
+    repo.mkdir(parents=True, exist_ok=True)
+    _git(repo, "init", "-q", "-b", base_branch)
+    _git(repo, "config", "user.name", "Synedre")
+    _git(repo, "config", "user.email", "synedre@localhost")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "scratch workspace")

@@ -1,0 +1,191 @@
+"""Launches end to end: real Celery spawn workers, the real `claude` CLI under a pty, a
+scripted Messages API, a real git repository, PostgreSQL and Redis."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+
+from synedre.config import Settings
+from synedre.ingest.poll import ingest_one
+from tests.conftest import CORPUS
+from tests.services import stack
+from tests.services.claude_api import ScriptedModel, bash, start_claude_api
+
+pytestmark = [pytest.mark.timeout(240),
+              pytest.mark.skipif(shutil.which("claude") is None, reason="the claude CLI is not installed "
+                                 "(scripts/install-claude-cli)")]
+SECRETS = ["S3cretPassw0rd-db", "sk-ant-api03-TESTSECRET0123456789abcdef"]
+CONTRACT = json.dumps({"ok": True, "tenant": "dupont", "routes_to_qa": ["/"], "commits": [],
+                       "summary_md": "fixed", "draft_reply_for_user": None})
+
+
+def agent_script(extra=()):
+    return ScriptedModel([
+        [bash("git status --short")],
+        [bash(f"mkdir -p .synedre && printf '%s' '{CONTRACT}' > .synedre/contract.json")],
+        *extra,
+        [bash("f=fix-$(basename $PWD).txt && pwd > $f && git add $f && git commit -qm 'agent commit'")],
+    ])
+
+
+def git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path):
+    path = tmp_path / "repo"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "preprod")
+    git(path, "config", "user.name", "T")
+    git(path, "config", "user.email", "t@x")
+    (path / "README").write_text("site\n")
+    git(path, "add", "README")
+    git(path, "commit", "-qm", "init")
+    return path
+
+
+def make_launchable(url, tmp_path, n=1, intent="run", complexity="leger") -> list[int]:
+    raw = (CORPUS / "cases" / "P02-client-direct-question.eml").read_bytes()
+    ids = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        for i in range(n):
+            one = raw.replace(b"Message-ID: <", f"Message-ID: <l{intent}{complexity}{i}.".encode(), 1)
+            uid = int(time.time() * 1000) % 10**9 + i
+            mid = ingest_one(one, "atlas", 1, uid, Settings(state_dir=tmp_path), lambda _: None)
+            run = conn.execute("INSERT INTO synedre.runs (ref_type, ref_id, title, complexity)"
+                               " VALUES ('atlas_inbox', %s, 't', %s) RETURNING id", (str(mid), complexity)).fetchone()[0]
+            conn.execute("UPDATE synedre.email_states SET status = 'classified', intent = %s, complexity = %s,"
+                         " confidence = 0.9, rationale = 'r', run_id = %s WHERE message_id = %s",
+                         (intent, complexity, run, mid))
+            ids.append(mid)
+    return ids
+
+
+@pytest.fixture
+def launch_env(services, repo, tmp_path):
+    def make(model):
+        api = start_claude_api(model)
+        env = {**services["env"], "SYNEDRE_CLAUDE_BIN": shutil.which("claude"),
+               "SYNEDRE_ANTHROPIC_BASE_URL": api.url, "SYNEDRE_ANTHROPIC_API_KEY": SECRETS[1],
+               "SYNEDRE_AGENT_IS_SANDBOX": "1", "SYNEDRE_WORKSPACE_REPO": str(repo),
+               "SYNEDRE_IDLE_TIMEOUT_S": "60", "SYNEDRE_LAUNCH_BUDGET_S": "120"}
+        return api, env
+    return make
+
+
+def q(url, sql, *args):
+    with psycopg.connect(url) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+def finished(url, n):
+    return q(url, "SELECT count(*) FROM synedre.launches WHERE status <> 'running'")[0][0] >= n
+
+
+def test_run_leger_and_run_plan_launch_once_commit_merge_and_record_everything(services, launch_env, repo, tmp_path):
+    url = services["db"]
+    leger, = make_launchable(url, tmp_path)
+    plan, = make_launchable(url, tmp_path, complexity="plan")
+    api, env = launch_env(agent_script([[bash(f"echo postgresql://app:{SECRETS[0]}@db/x; "
+                                              "echo ANTHROPIC=$ANTHROPIC_API_KEY")]]))
+    worker = stack.celery_worker(env, services["logs"], queues="spawn", concurrency=3)
+    try:
+        from tasks.app import app
+        for mid in (leger, plan):
+            app.send_task("synedre.spawn", args=[mid])
+        stack.wait_for(lambda: finished(url, 2), 180, "two launches to finish", interval=0.5)
+    finally:
+        worker.stop()
+        api.stop()
+    rows = {r[0]: r for r in q(url, "SELECT message_id, status, system_prompt, max_turns, session_id, num_turns,"
+                                     " cost_usd, contract, stop_reason, id FROM synedre.launches")}
+    assert rows[leger][1:4] == ("succeeded", "lean", 40), rows[leger]
+    assert rows[plan][1:4] == ("succeeded", "plan", None), rows[plan]
+    for mid in (leger, plan):
+        _, _, _, _, session, turns, cost, contract, stop, launch_id = rows[mid]
+        assert session and turns >= 4 and cost is not None and contract["ok"] is True and stop == "success"
+        seqs = [s for s, in q(url, "SELECT seq FROM synedre.launch_events WHERE launch_id = %s ORDER BY seq", launch_id)]
+        assert seqs == list(range(len(seqs))) and len(seqs) > 5
+        types = [t for t, in q(url, "SELECT event_type FROM synedre.launch_events WHERE launch_id = %s ORDER BY seq", launch_id)]
+        assert types[-1] == "result" and "assistant" in types
+        assert q(url, "SELECT status FROM synedre.email_states WHERE message_id = %s", mid) == [("spawned",)]
+        audits = [e for e, in q(url, "SELECT event FROM synedre.audit_log WHERE message_id = %s ORDER BY id", mid)]
+        assert audits.count("spawn_started") == 1 and audits[-1] == "spawn_action_done"
+    # the agent's commits were merged back into the pre-production branch
+    assert git(repo, "log", "preprod", "--format=%s").count("agent commit") == 2, \
+        q(url, "SELECT salvage FROM synedre.launches")
+    # the right system prompts reached the model
+    systems = [json.dumps(r.body.get("system")) for r in api.main_requests()]
+    assert any("Plan mode" in s for s in systems) and any("atomic task" in s for s in systems)
+    # (6) no secret in the events table, the NDJSON logs, or the worker's log
+    dump = json.dumps([p for p, in q(url, "SELECT payload FROM synedre.launch_events")])
+    ndjson = "".join((tmp_path / "state").rglob("events.ndjson").__next__().read_text() for _ in [0])
+    for secret in SECRETS:
+        assert secret not in dump and secret not in ndjson and secret not in worker.output()
+    assert "[REDACTED" in dump
+
+
+def test_twenty_concurrent_attempts_start_exactly_one_agent(services, launch_env, tmp_path):
+    url = services["db"]
+    mid, = make_launchable(url, tmp_path)
+    api, env = launch_env(agent_script())
+    workers = [stack.celery_worker(env, services["logs"], queues="spawn", concurrency=3) for _ in range(2)]
+    try:
+        from tasks.app import app
+        for _ in range(17):
+            app.send_task("synedre.spawn", args=[mid])
+        subprocess.run([sys.executable, "-m", "celery", "-A", "tasks", "call", "synedre.spawn", "--args",
+                        json.dumps([mid])], env=env, check=True, timeout=60, cwd=stack.ROOT, capture_output=True)
+        # a redelivery: the same message published again by hand, as the broker would
+        for _ in range(2):
+            app.send_task("synedre.spawn", args=[mid])
+        stack.wait_for(lambda: finished(url, 1), 180, "the launch to finish", interval=0.5)
+        stack.wait_for(lambda: all(services["redis"].llen(qn) == 0 for qn in ("spawn",))
+                       and services["redis"].hlen("unacked") == 0, 60, "all 20 attempts handled", interval=0.5)
+    finally:
+        for w in workers:
+            w.stop()
+        api.stop()
+    first_requests = [r for r in api.main_requests() if not any(
+        m.get("role") == "assistant" for m in r.body.get("messages", []))]
+    sessions = {r.headers.get("x-claude-code-session-id") for r in first_requests}
+    assert len(q(url, "SELECT id FROM synedre.launches")) == 1
+    assert len(first_requests) == 1, sessions  # one agent process ever talked to the model
+    skipped = q(url, "SELECT count(*) FROM synedre.audit_log WHERE event = 'spawn_skipped_lock_held'")[0][0]
+    assert q(url, "SELECT count(*) FROM synedre.audit_log WHERE event = 'spawn_started'")[0][0] == 1
+    assert skipped >= 1
+
+
+def test_pause_stops_new_launches_and_survives_a_worker_restart(services, launch_env, tmp_path):
+    url = services["db"]
+    mid, = make_launchable(url, tmp_path)
+    api, env = launch_env(agent_script())
+    cli = [sys.executable, "-m", "synedre.cli", "spawn"]
+    try:
+        subprocess.run([*cli, "pause", "--reason", "test"], env=env, check=True, timeout=60, cwd=stack.ROOT)
+        worker = stack.celery_worker(env, services["logs"], queues="spawn", concurrency=3)
+        from tasks.app import app
+        app.send_task("synedre.spawn", args=[mid])
+        stack.wait_for(lambda: "spawn_disabled" in worker.output(), 60, "the paused launch to be refused")
+        worker.stop()
+        worker = stack.celery_worker(env, services["logs"], queues="spawn", concurrency=3)  # a restart
+        app.send_task("synedre.spawn", args=[mid])
+        stack.wait_for(lambda: worker.output().count("spawn_disabled") >= 1, 60, "refused again after restart")
+        assert q(url, "SELECT count(*) FROM synedre.launches")[0][0] == 0 and api.main_requests() == []
+        status = json.loads(subprocess.run([*cli, "status"], env=env, check=True, timeout=60, cwd=stack.ROOT,
+                                           capture_output=True, text=True).stdout)
+        assert status["disabled_reason"]
+        subprocess.run([*cli, "resume"], env=env, check=True, timeout=60, cwd=stack.ROOT)
+        app.send_task("synedre.spawn", args=[mid])
+        stack.wait_for(lambda: finished(url, 1), 180, "the launch after resume", interval=0.5)
+        worker.stop()
+    finally:
+        api.stop()
+    assert q(url, "SELECT status FROM synedre.launches") == [("succeeded",)]

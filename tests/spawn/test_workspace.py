@@ -1,0 +1,250 @@
+"""Git worktrees for launches (SPEC §8 Workspace), against real git repositories."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from synedre.spawn.workspace import (
+    WorkspaceError, close_workspace, commits_since, merge_back, open_workspace,
+    prune_stale, read_partial, repo_lock,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def commit(cwd: Path, filename: str, text: str, message: str) -> None:
+    (cwd / filename).write_text(text)
+    git(cwd, "add", filename)
+    git(cwd, "commit", "-q", "-m", message)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "app"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "preprod")
+    git(repo, "config", "user.name", "Test")
+    git(repo, "config", "user.email", "test@example.org")
+    commit(repo, "README", "hello\n", "initial")
+    return repo
+
+
+def open_ws(repo: Path, name: str = "msg-1", **kw):
+    return open_workspace(repo, base_branch="preprod", name=name, **kw)
+
+
+def test_opens_a_worktree_on_a_new_branch_from_preprod(repo):
+    ws = open_ws(repo)
+    assert ws.isolated and ws.fallback_reason is None
+    assert ws.branch == "synedre/msg-1"
+    assert ws.path == repo.parent / ".synedre-worktrees" / "app" / "msg-1"
+    assert git(ws.path, "rev-parse", "--abbrev-ref", "HEAD") == "synedre/msg-1"
+    assert git(ws.path, "rev-parse", "HEAD") == git(repo, "rev-parse", "preprod")
+    assert (ws.path / "README").read_text() == "hello\n"
+
+
+def test_agent_commit_is_merged_back_into_a_clean_trunk(repo):
+    ws = open_ws(repo)
+    commit(ws.path, "fix.py", "x = 1\n", "fix the thing")
+    result = merge_back(ws)
+    assert result.merged and result.reason == "fast-forward"
+    assert [c.split(" ", 1)[1] for c in result.commits] == ["fix the thing"]
+    assert git(repo, "log", "-1", "--format=%s", "preprod") == "fix the thing"
+    assert (repo / "fix.py").read_text() == "x = 1\n"
+
+
+def test_diverged_trunk_gets_a_merge_commit(repo):
+    ws = open_ws(repo)
+    commit(ws.path, "fix.py", "x = 1\n", "fix the thing")
+    commit(repo, "other.py", "y = 2\n", "meanwhile on preprod")
+    result = merge_back(ws)
+    assert result.merged and result.reason == "merge commit"
+    assert len(git(repo, "log", "-1", "--format=%P").split()) == 2
+    assert (repo / "fix.py").exists() and (repo / "other.py").exists()
+
+
+def test_dirty_trunk_is_not_merged_and_the_commit_stays_on_its_branch(repo):
+    ws = open_ws(repo)
+    commit(ws.path, "fix.py", "x = 1\n", "fix the thing")
+    (repo / "README").write_text("founder editing by hand\n")
+    before = git(repo, "rev-parse", "preprod")
+    result = merge_back(ws)
+    assert not result.merged and "uncommitted changes" in result.reason
+    assert git(repo, "rev-parse", "preprod") == before
+    assert (repo / "README").read_text() == "founder editing by hand\n"  # never stashed
+    assert git(repo, "log", "-1", "--format=%s", "synedre/msg-1") == "fix the thing"
+    assert git(repo, "stash", "list") == ""
+
+
+def test_conflicting_merge_is_aborted_and_leaves_the_trunk_as_it_was(repo):
+    ws = open_ws(repo)
+    commit(ws.path, "README", "agent\n", "agent edit")
+    commit(repo, "README", "founder\n", "founder edit")
+    before = git(repo, "rev-parse", "preprod")
+    result = merge_back(ws)
+    assert not result.merged and "CONFLICT" in result.reason
+    assert git(repo, "rev-parse", "preprod") == before
+    assert git(repo, "status", "--porcelain") == "" and (repo / "README").read_text() == "founder\n"
+
+
+def test_trunk_on_another_branch_is_not_merged(repo):
+    ws = open_ws(repo)
+    commit(ws.path, "fix.py", "x = 1\n", "fix the thing")
+    git(repo, "checkout", "-q", "-b", "hotfix")
+    result = merge_back(ws)
+    assert not result.merged and "not on preprod" in result.reason
+
+
+def test_nothing_to_merge_without_an_agent_commit(repo):
+    result = merge_back(open_ws(repo))
+    assert not result.merged and result.reason == "no commits to merge"
+
+
+def test_close_removes_a_clean_worktree_and_a_merged_branch(repo):
+    ws = open_ws(repo)
+    commit(ws.path, "fix.py", "x = 1\n", "fix the thing")
+    assert merge_back(ws).merged
+    assert close_workspace(ws) is True
+    assert not ws.path.exists()
+    assert git(repo, "branch", "--list", "synedre/msg-1") == ""
+
+
+def test_close_keeps_an_unmerged_branch(repo):
+    ws = open_ws(repo)
+    commit(ws.path, "fix.py", "x = 1\n", "fix the thing")
+    assert close_workspace(ws) is True
+    assert not ws.path.exists()
+    assert git(repo, "log", "-1", "--format=%s", "synedre/msg-1") == "fix the thing"
+
+
+@pytest.mark.parametrize("change", ["untracked", "modified"])
+def test_close_keeps_a_dirty_worktree(repo, change):
+    ws = open_ws(repo)
+    if change == "untracked":
+        (ws.path / "notes.md").write_text("work in progress\n")
+    else:
+        (ws.path / "README").write_text("edited\n")
+    assert close_workspace(ws) is False
+    assert ws.path.exists()
+    assert git(repo, "branch", "--list", "synedre/msg-1")
+
+
+def test_disabled_runs_on_the_trunk(repo):
+    ws = open_ws(repo, disabled=True)
+    assert not ws.isolated and ws.path == repo and ws.branch is None
+    assert "disabled" in ws.fallback_reason
+    assert not (repo.parent / ".synedre-worktrees").exists()
+    assert close_workspace(ws) is True and repo.exists()
+
+
+def test_missing_base_branch_falls_back_to_the_trunk(repo):
+    ws = open_workspace(repo, base_branch="no-such-branch", name="msg-1")
+    assert not ws.isolated and ws.path == repo
+    assert "no-such-branch" in ws.fallback_reason
+
+
+def test_unusable_worktree_root_falls_back_to_the_trunk(repo, tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")  # a file: even root cannot create directories under it
+    ws = open_ws(repo, root=blocker)
+    assert not ws.isolated and ws.path == repo
+    assert ws.fallback_reason.startswith("worktree unavailable")
+
+
+def test_not_a_repository_falls_back_to_the_trunk(tmp_path):
+    ws = open_workspace(tmp_path, base_branch="preprod", name="msg-1")
+    assert not ws.isolated and ws.fallback_reason and ws.base_sha is None
+    assert commits_since(ws) == []
+
+
+def test_reopening_a_name_reuses_its_worktree_and_commits(repo):
+    ws = open_ws(repo)
+    commit(ws.path, "fix.py", "x = 1\n", "first attempt")
+    again = open_ws(repo)
+    assert again.isolated and again.path == ws.path
+    assert [c.split(" ", 1)[1] for c in commits_since(again)] == ["first attempt"]
+
+
+def _age(path: Path, seconds: float) -> None:
+    admin = Path(git(path, "rev-parse", "--absolute-git-dir"))
+    then = time.time() - seconds
+    for p in (path, admin / "HEAD", admin / "index"):
+        os.utime(p, (then, then))
+
+
+def test_prune_stale_removes_old_clean_worktrees_only(repo):
+    old_clean, old_dirty, fresh = (open_ws(repo, n) for n in ("old-clean", "old-dirty", "fresh"))
+    (old_dirty.path / "wip.txt").write_text("unsaved\n")
+    for ws in (old_clean, old_dirty):
+        _age(ws.path, 3600)
+    assert prune_stale(repo, older_than_s=600) == [old_clean.path]
+    assert not old_clean.path.exists()
+    assert old_dirty.path.exists() and fresh.path.exists()
+    assert git(repo, "branch", "--list", "synedre/old-clean")  # branches are kept
+
+
+def test_prune_stale_forgets_vanished_worktrees(repo):
+    ws = open_ws(repo)
+    subprocess.run(["rm", "-rf", str(ws.path)], check=True)
+    prune_stale(repo, older_than_s=600)
+    assert str(ws.path) not in git(repo, "worktree", "list")
+
+
+def test_repo_lock_excludes_a_second_holder(repo):
+    with repo_lock(repo):
+        with pytest.raises(WorkspaceError, match="lock busy"):
+            with repo_lock(repo, timeout_s=0.2):
+                pass
+    with repo_lock(repo, timeout_s=0.2):
+        pass
+
+
+def _open_in_child(repo: str, name: str, barrier, results) -> None:
+    barrier.wait()
+    ws = open_workspace(Path(repo), base_branch="preprod", name=name)
+    results.put((name, ws.isolated, ws.fallback_reason))
+
+
+def test_two_processes_open_workspaces_on_one_repo_at_once(repo):
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_open_in_child, args=(str(repo), f"msg-{i}", barrier, results))
+             for i in (1, 2)]
+    for p in procs:
+        p.start()
+    got = sorted(results.get(timeout=45) for _ in procs)
+    for p in procs:
+        p.join(timeout=10)
+    assert got == [("msg-1", True, None), ("msg-2", True, None)]
+    assert len(git(repo, "worktree", "list").splitlines()) == 3
+
+
+def test_salvage_reads_commits_and_a_partial_contract(repo):
+    ws = open_ws(repo)
+    commit(ws.path, "a.py", "a\n", "step one")
+    commit(ws.path, "b.py", "b\n", "step two")
+    (ws.path / "contract.json").write_text('{"ok": false, "summary_md": "half')
+    commits = commits_since(ws)
+    assert [c.split(" ", 1)[1] for c in commits] == ["step one", "step two"]
+    assert commits[1].split(" ", 1)[0] == git(ws.path, "rev-parse", "HEAD")
+    assert read_partial(ws, "contract.json") == '{"ok": false, "summary_md": "half'
+    assert read_partial(ws, "missing.json") is None
+    with pytest.raises(ValueError):
+        read_partial(ws, "../../etc/passwd")
+
+
+def test_salvage_on_the_trunk_sees_commits_made_since_the_start(repo):
+    ws = open_ws(repo, disabled=True)
+    commit(repo, "fix.py", "x\n", "agent commit on trunk")
+    assert [c.split(" ", 1)[1] for c in commits_since(ws)] == ["agent commit on trunk"]
+    assert not merge_back(ws).merged
