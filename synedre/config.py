@@ -53,6 +53,7 @@ class Settings(BaseSettings):
     launch_budget_s: float = 2400.0
     max_budget_usd: float = 5.0
     max_concurrent_launches: int = 3
+    spawn_slot_retry_s: float = 30.0  # a launch finding every slot taken comes back after this
     agent_is_sandbox: bool = False  # IS_SANDBOX=1 for the CLI: only inside a sandbox, as root
     db_timeout_s: float = 10.0
 

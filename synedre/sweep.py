@@ -36,3 +36,24 @@ def find_stuck() -> list[tuple[int, str]]:
         for mid, stage in found:
             pipeline.audit(conn, mid, "sweep_requeued", stage=stage)
     return found
+
+
+def fail_lost_launches(lock_held) -> list[int]:
+    """Launches whose worker died: `spawning` with no live message lock (a running launch
+    renews it). Marked failed, resumable when a session was recorded; never relaunched."""
+    from synedre.db import launches
+
+    failed = []
+    with db.transaction() as conn:
+        rows = conn.execute(
+            """SELECT s.message_id, s.launch_attempt, l.id, l.session_id FROM synedre.email_states s
+                 JOIN synedre.launches l ON l.message_id = s.message_id AND l.attempt = s.launch_attempt
+                WHERE s.status = 'spawning' AND l.status = 'running' LIMIT %s""", (BATCH,)).fetchall()
+        for r in rows:
+            if lock_held(r["message_id"]):
+                continue
+            claim = launches.Claim(r["message_id"], r["launch_attempt"], r["id"])
+            launches.finish(conn, claim, ok=False, status="spawn_failed", reason="worker_lost",
+                            salvage={"resumable": bool(r["session_id"])})
+            failed.append(r["message_id"])
+    return failed

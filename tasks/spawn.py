@@ -12,7 +12,6 @@ from tasks.app import app, enqueue
 
 # Set when the worker stops: a running launch kills its agent's group and records why.
 _stopping = threading.Event()
-SLOT_RETRY_S = 30
 
 
 @worker_shutting_down.connect
@@ -38,7 +37,7 @@ def spawn(self, message_id: int) -> str | None:
         result = stage.run(mid, stop=_stopping)
     except (stage.NoSlot, locks.LaunchGuardUnavailable) as exc:
         # fail closed and come back: no slot, or Redis cannot say whether one is free
-        raise self.retry(exc=exc, countdown=SLOT_RETRY_S)
+        raise self.retry(exc=exc, countdown=get_settings().spawn_slot_retry_s)
     if result is not None and result.ok:
         enqueue("deploy", mid)
     return result and result.reason

@@ -1,5 +1,7 @@
 """The sweep (beat, every few minutes): re-enqueue messages stuck between stages (SPEC §12)."""
-from synedre.sweep import find_stuck
+from synedre import kv
+from synedre.spawn.locks import MessageLock
+from synedre.sweep import fail_lost_launches, find_stuck
 from tasks._common import RETRY
 from tasks.app import app, enqueue
 
@@ -10,4 +12,6 @@ def sweep() -> int:
     stuck = find_stuck()
     for mid, stage in stuck:
         enqueue(stage, mid)
-    return len(stuck)
+    r = kv.client()
+    lost = fail_lost_launches(lambda mid: MessageLock(r, str(mid)).holder() is not None)
+    return len(stuck) + len(lost)

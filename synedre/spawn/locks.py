@@ -98,10 +98,11 @@ class MessageLock:
             return bool(self.redis.eval(_LOCK_RELEASE, 1, self.key, self.token))
 
     def holder(self) -> dict[str, Any] | None:
-        """Who holds the lock now (for the `spawn_skipped_lock_held` audit), token removed."""
+        """Who holds the lock now (for the `spawn_skipped_lock_held` audit), token removed;
+        None = free, {} = held by a value we cannot read (still held)."""
         with _guarded(f"read {self.key}"):
             raw = self.redis.get(self.key)
-        return _public(raw) if raw is not None else None
+        return None if raw is None else _public(raw) or {}
 
 
 def _public(raw: bytes | str) -> dict[str, Any] | None:

@@ -222,6 +222,17 @@ def _signal_all(pgid: int, pids: list[int], sig: int) -> None:
             continue
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it if the worker process dies, even by SIGKILL,
+    so a killed worker leaves no agent running (Linux; a no-op elsewhere)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _kill_all(child: pexpect.spawn, token: str) -> None:
     """SIGTERM the CLI's group and every process carrying the run token, SIGKILL what is left.
 
@@ -317,7 +328,8 @@ def run(argv: list[str], *, cwd: str | Path, env: dict[str, str], limits: Limits
     reason, error, exited_alone = "error", None, False
     try:
         child = pexpect.spawn(argv[0], argv[1:], cwd=str(cwd), env={**env, RUN_TOKEN_VAR: token},
-                              dimensions=(50, 200), echo=False, encoding=None)
+                              dimensions=(50, 200), echo=False, encoding=None,
+                              preexec_fn=_die_with_parent)
         reason = _read(child, stream, writer, limits, started, stop)
     except Exception as exc:  # noqa: BLE001 - returned as stop_reason "error" for the caller to audit
         reason, error = "error", exc

@@ -102,8 +102,11 @@ def run(message_id: int, s: Settings | None = None, stop: threading.Event | None
     finally:
         for b in beats:
             b.stop()
-        slot.release()
-        lock.release()
+        for guard in (slot, lock):  # each on its own: one failing must not keep the other
+            try:
+                guard.release()
+            except locks.LaunchGuardUnavailable as exc:
+                log.warning("spawn_release_failed", message=message_id, error=str(exc))
 
 
 def _launch(message_id: int, s: Settings, stop: threading.Event) -> Result | None:

@@ -189,3 +189,118 @@ def test_pause_stops_new_launches_and_survives_a_worker_restart(services, launch
     finally:
         api.stop()
     assert q(url, "SELECT status FROM synedre.launches") == [("succeeded",)]
+
+
+def agents_running(marker: str) -> int:
+    import psutil
+    n = 0
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "stream-json" in cmd and any(marker in a for a in cmd):
+            n += 1
+    return n
+
+
+def test_ten_messages_on_two_workers_never_run_more_than_three_agents(services, launch_env, tmp_path):
+    import threading
+    from tests.services.claude_api import Sleep
+    url = services["db"]
+    ids = make_launchable(url, tmp_path, n=10)
+    api, env = launch_env(agent_script([Sleep(1.5)]))
+    env = {**env, "SYNEDRE_SPAWN_SLOT_RETRY_S": "1"}
+    workers = [stack.celery_worker(env, services["logs"], queues="spawn", concurrency=3) for _ in range(2)]
+    peak, done = [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], agents_running(str(tmp_path)))
+            time.sleep(0.05)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        from tasks.app import app
+        for mid in ids:
+            app.send_task("synedre.spawn", args=[mid])
+        stack.wait_for(lambda: finished(url, 10), 200, "ten launches", interval=0.5)
+    finally:
+        done.set()
+        sampler.join()
+        for w in workers:
+            w.stop()
+        api.stop()
+    print(f"peak concurrent agents: {peak[0]}")
+    assert 2 <= peak[0] <= 3
+    assert q(url, "SELECT count(*) FROM synedre.launches WHERE status = 'succeeded'")[0][0] == 10
+
+
+def test_idle_and_hard_timeouts_stop_the_agent_with_124_or_125_and_salvage(services, launch_env, tmp_path):
+    from tests.services.claude_api import Sleep
+    url = services["db"]
+    idle_mid, = make_launchable(url, tmp_path)
+    commit = [bash("f=early-$(basename $PWD).txt && pwd > $f && git add $f && git commit -qm 'early commit'")]
+    api, env = launch_env(ScriptedModel([commit, [bash(f"mkdir -p .synedre && printf '%s' '{CONTRACT[:40]}'"
+                                                       " > .synedre/contract.json")], Sleep(30)]))
+    worker = stack.celery_worker({**env, "SYNEDRE_IDLE_TIMEOUT_S": "3"}, services["logs"], queues="spawn")
+    try:
+        from tasks.app import app
+        app.send_task("synedre.spawn", args=[idle_mid])
+        stack.wait_for(lambda: finished(url, 1), 90, "the idle launch to stop", interval=0.5)
+    finally:
+        worker.stop()
+        api.stop()
+    (exit_code, stop, salvage, status), = q(url, "SELECT exit_code, stop_reason, salvage, status FROM synedre.launches")
+    assert (exit_code, stop, status) == (125, "idle", "failed")
+    assert any("early commit" in c for c in salvage["commits"]) and salvage["resumable"] is True
+    assert salvage["contract"].startswith('{"ok": true')  # the partial file, read from the worktree
+    assert q(url, "SELECT status FROM synedre.email_states WHERE message_id = %s", idle_mid) == [("spawn_failed",)]
+
+    hard_mid, = make_launchable(url, tmp_path, intent="question")
+    busy = [step for i in range(30) for step in ([bash(f"echo turn {i}")], Sleep(0.5))]  # never idle
+    api, env = launch_env(ScriptedModel(busy))
+    worker = stack.celery_worker({**env, "SYNEDRE_HARD_TIMEOUT_S": "4"}, services["logs"], queues="spawn")
+    try:
+        app.send_task("synedre.spawn", args=[hard_mid])
+        stack.wait_for(lambda: finished(url, 2), 90, "the hard-limited launch to stop", interval=0.5)
+    finally:
+        worker.stop()
+        api.stop()
+    assert q(url, "SELECT exit_code, stop_reason FROM synedre.launches WHERE message_id = %s", hard_mid) == \
+        [(124, "hard")]
+    assert agents_running(str(tmp_path)) == 0
+
+
+def test_sigkill_of_the_worker_leaves_no_agent_and_the_message_is_never_launched_twice(
+        services, launch_env, tmp_path):
+    import signal
+    from synedre.spawn.locks import MessageLock
+    from synedre.sweep import fail_lost_launches
+    from tests.services.claude_api import Sleep
+    url = services["db"]
+    mid, = make_launchable(url, tmp_path)
+    api, env = launch_env(ScriptedModel([[bash("git status --short")], Sleep(120)]))
+    worker = stack.celery_worker(env, services["logs"], queues="spawn")
+    try:
+        from tasks.app import app
+        app.send_task("synedre.spawn", args=[mid])
+        stack.wait_for(lambda: q(url, "SELECT session_id FROM synedre.launches")[:1] and
+                       q(url, "SELECT session_id FROM synedre.launches")[0][0], 60, "the agent to start")
+        stack.wait_for(lambda: agents_running(str(tmp_path)) == 1, 30, "the agent process")
+        stack.wait_for(lambda: len(api.main_requests()) >= 2, 30, "the agent to reach its silent turn")
+        worker.stop(signal.SIGKILL)  # the whole worker, main process and pool, at once
+        stack.wait_for(lambda: agents_running(str(tmp_path)) == 0, 30, "the agent to die with its worker")
+        r = services["redis"]
+        stack.wait_for(lambda: MessageLock(r, str(mid)).holder() is None, 90, "the dead launch's lock to expire",
+                       interval=1)
+        assert fail_lost_launches(lambda m: MessageLock(r, str(m)).holder() is not None) == [mid]
+        worker = stack.celery_worker(env, services["logs"], queues="spawn")
+        app.send_task("synedre.spawn", args=[mid])
+        # (the killed worker's own task stays unacknowledged until the visibility timeout)
+        stack.wait_for(lambda: "synedre.spawn[" in worker.output() and " succeeded in " in worker.output(),
+                       60, "the second attempt handled")
+    finally:
+        worker.stop()
+        api.stop()
+    assert q(url, "SELECT count(*), min(status), min(stop_reason) FROM synedre.launches") == [(1, "failed", "worker_lost")]
+    assert q(url, "SELECT status FROM synedre.email_states WHERE message_id = %s", mid) == [("spawn_failed",)]
+    sessions = {r.headers.get("x-claude-code-session-id") for r in api.main_requests()}
+    assert len(sessions) == 1

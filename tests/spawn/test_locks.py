@@ -279,6 +279,7 @@ def test_stale_locks_reports_locks_not_renewed_beyond_the_limit(r):
     assert renewed.renew()
     assert MessageLock(r, "fresh").acquire(ttl_s=30)
     r.set(LOCK_PREFIX + "by-hand", "1")  # no holder info, no TTL: the original defect
+    assert MessageLock(r, "by-hand").holder() == {}  # held, holder unknown
 
     stale = {s["message_id"]: s for s in stale_locks(r, older_than_s=1)}
     assert set(stale) == {"old", "by-hand"}
