@@ -21,6 +21,8 @@ def schedule() -> dict:
             "options": {"expires": s.poll_interval_s - 5},
         }
     entries["spawn-select"] = {"task": "synedre.spawn_select", "schedule": 60.0, "options": {"expires": 55}}
+    entries["lock-watchdog"] = {"task": "synedre.lock_watchdog", "schedule": 15 * 60.0,
+                                "options": {"expires": 15 * 60.0}}
     entries["sweep"] = {"task": "synedre.sweep", "schedule": SWEEP_EVERY_S,
                         "options": {"expires": SWEEP_EVERY_S}}
     return entries

@@ -34,7 +34,8 @@ task_ignore_result = True
 task_queues = [Queue(name) for name in STAGES]
 task_default_queue = "poll"
 task_routes = {**{f"synedre.{name}": {"queue": name} for name in STAGES},
-               "synedre.sweep": {"queue": "poll"}, "synedre.spawn_select": {"queue": "poll"}}
+               "synedre.sweep": {"queue": "poll"}, "synedre.spawn_select": {"queue": "poll"},
+               "synedre.lock_watchdog": {"queue": "poll"}}
 
 task_serializer = "json"
 accept_content = ["json"]

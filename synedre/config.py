@@ -51,7 +51,9 @@ class Settings(BaseSettings):
     idle_timeout_s: float = 1200.0
     hard_timeout_s: float = 6600.0
     launch_budget_s: float = 2400.0
-    max_budget_usd: float = 5.0
+    max_budget_usd: float = 5.0  # per launch (--max-budget-usd)
+    max_message_cost_usd: float = 20.0  # all launches of one message together
+    daily_spend_cap_usd: float = 200.0  # fleet-wide, per UTC day
     max_concurrent_launches: int = 3
     spawn_slot_retry_s: float = 30.0  # a launch finding every slot taken comes back after this
     agent_is_sandbox: bool = False  # IS_SANDBOX=1 for the CLI: only inside a sandbox, as root

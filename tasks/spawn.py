@@ -53,3 +53,15 @@ def spawn_select() -> int:
     for mid in ids:
         enqueue("spawn", mid)
     return len(ids)
+
+
+@app.task(name="synedre.lock_watchdog", soft_time_limit=60, time_limit=90, **RETRY)
+def lock_watchdog() -> int:
+    """Beat, every 15 min: launch locks held over 10 minutes without renewal are alerted."""
+    from synedre import kv
+
+    stale = locks.stale_locks(kv.client())
+    for lock in stale:
+        log.error("spawn_lock_stale", **{k: v for k, v in lock.items() if k != "message_id"},
+                  message=lock.get("message_id"))
+    return len(stale)

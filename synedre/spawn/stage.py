@@ -45,9 +45,33 @@ def redactor(s: Settings) -> Redactor:
     return Redactor(secrets)
 
 
+def over_budget(conn, message_id: int, s: Settings) -> str | None:
+    """Spending fails closed: the message's own total, then the fleet's day."""
+    row = conn.execute(
+        """SELECT (SELECT coalesce(sum(cost_usd), 0) FROM synedre.launches WHERE message_id = %s) AS mine,
+                  (SELECT coalesce(sum(cost_usd), 0) FROM synedre.launches
+                    WHERE started_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') AS day""",
+        (message_id,)).fetchone()
+    if row["mine"] >= s.max_message_cost_usd:
+        return f"message cost {row['mine']} >= {s.max_message_cost_usd} USD"
+    if row["day"] >= s.daily_spend_cap_usd:
+        return f"fleet spend today {row['day']} >= {s.daily_spend_cap_usd} USD"
+    return None
+
+
+def db_coordinates(s: Settings) -> dict[str, str]:
+    """Where the database is, never its password (the agent may only be told where it is)."""
+    from synedre import db
+
+    u = urlsplit(db.database_url(s))
+    host = u.hostname or dict(p.split("=", 1) for p in u.query.split("&") if "=" in p).get("host", "")
+    return {k: v for k, v in {"PGHOST": host, "PGPORT": str(u.port or ""), "PGDATABASE": u.path.lstrip("/"),
+                              "PGUSER": u.username or ""}.items() if v}
+
+
 def agent_env(s: Settings, launch_id: int, home: Path) -> dict[str, str]:
     """What the agent gets, and nothing else: no database password, no other secret."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
+    env = {**db_coordinates(s),"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
            "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
            "CLAUDE_CODE_TMPDIR": str(home / "tmp"), "SYNEDRE_WORKER_CONTEXT": f"launch:{launch_id}",
            "GIT_AUTHOR_NAME": "Atlas", "GIT_AUTHOR_EMAIL": "atlas@synedre.invalid",
@@ -113,6 +137,10 @@ def _launch(message_id: int, s: Settings, stop: threading.Event) -> Result | Non
     with db.transaction() as conn:
         state = pipeline.lock(conn, message_id)
         if state is None or state["status"] != "classified":
+            return None
+        if reason := over_budget(conn, message_id, s):
+            pipeline.audit(conn, message_id, "spawn_skipped_budget", reason=reason)
+            log.warning("spawn_skipped_budget", message=message_id, reason=reason)
             return None
         directory = pipeline.load_directory(conn)
         split = split_cover_quoted(body_text(bytes(state["raw"])))

@@ -82,3 +82,15 @@ def test_selection_skips_noise_and_recently_launched(db, tmp_path):
         assert launches.selectable(conn) == []
         with conn.transaction():
             assert launches.claim(conn, mid) is None
+
+
+def test_spending_caps_fail_closed(db, tmp_path):
+    from synedre.spawn.stage import over_budget
+    mid = classified_message(db, tmp_path)
+    caps = Settings(max_message_cost_usd=1.0, daily_spend_cap_usd=3.0)
+    with connect(db) as conn:
+        assert over_budget(conn, mid, caps) is None
+        with conn.transaction():
+            conn.execute("INSERT INTO synedre.launches (message_id, attempt, cost_usd) VALUES (%s, 1, 1.5)", (mid,))
+        assert "message cost" in over_budget(conn, mid, caps)
+        assert "fleet spend" in over_budget(conn, mid, Settings(max_message_cost_usd=100, daily_spend_cap_usd=1.0))

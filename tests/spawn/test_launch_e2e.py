@@ -118,6 +118,13 @@ def test_run_leger_and_run_plan_launch_once_commit_merge_and_record_everything(s
         assert q(url, "SELECT status FROM synedre.email_states WHERE message_id = %s", mid) == [("spawned",)]
         audits = [e for e, in q(url, "SELECT event FROM synedre.audit_log WHERE message_id = %s ORDER BY id", mid)]
         assert audits.count("spawn_started") == 1 and audits[-1] == "spawn_action_done"
+    # the operator's view: `synedre tail` shows the run's tools, `synedre launches` the outcome
+    out = subprocess.run([sys.executable, "-m", "synedre.cli", "tail", str(leger), "--no-follow"], env=env,
+                         capture_output=True, text=True, timeout=60, cwd=stack.ROOT, check=True).stdout
+    assert "assistant Bash" in out and "result/success" in out
+    out = subprocess.run([sys.executable, "-m", "synedre.cli", "launches"], env={**env, "COLUMNS": "250"}, capture_output=True,
+                         text=True, timeout=60, cwd=stack.ROOT, check=True).stdout
+    assert out.count("succeeded") == 2
     # the agent's commits were merged back into the pre-production branch
     assert git(repo, "log", "preprod", "--format=%s").count("agent commit") == 2, \
         q(url, "SELECT salvage FROM synedre.launches")
