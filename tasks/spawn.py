@@ -23,7 +23,16 @@ def _stop_launches(**_):
 def _prune_worktrees(sender=None, **_):
     s = get_settings()
     queues = sender.app.amqp.queues.consume_from if sender else {}
-    if "spawn" in (queues or {}) and s.workspace_repo:
+    if "spawn" not in (queues or {}):
+        return
+    from synedre import kv
+
+    try:  # the durable switch is read again at every launch; say at once if it is on
+        if reason := locks.spawn_disabled(kv.client(), s.spawn_disabled):
+            log.warning("spawn_paused_at_worker_start", reason=reason)
+    except locks.LaunchGuardUnavailable as exc:
+        log.error("spawn_switch_unreadable", error=str(exc))
+    if s.workspace_repo:
         # older than any launch could still be running in it
         pruned = workspace.prune_stale(s.workspace_repo, s.hard_timeout_s + 600)
         log.info("worktrees_pruned", count=len(pruned))
