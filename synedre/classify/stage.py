@@ -18,8 +18,8 @@ FEATURE = "atlas_classifier"
 def run(message_id: int, s: Settings | None = None) -> str | None:
     s = s or get_settings()
     with db.transaction() as conn:
-        state = pipeline.lock(conn, message_id)
-        if state is None or state["status"] != "scanned":
+        state = pipeline.lock(conn, message_id, "scanned")
+        if state is None:
             return None
         directory = pipeline.load_directory(conn)
         rows = pipeline.attachments(conn, message_id)
@@ -57,8 +57,8 @@ def run(message_id: int, s: Settings | None = None) -> str | None:
 def fail(message_id: int, reason: str) -> None:
     """Give up on a message the LLM never answered for: audited, never a guess."""
     with db.transaction() as conn:
-        state = pipeline.lock(conn, message_id)
-        if state is not None and state["status"] == "scanned":
+        state = pipeline.lock(conn, message_id, "scanned")
+        if state is not None:
             pipeline.transition(conn, message_id, "classify_failed", "classify_failed",
                                 {"reason": "llm_unavailable", "detail": reason[:500]})
             files.remove(state["attachments_dir"])

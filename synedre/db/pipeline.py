@@ -9,17 +9,19 @@ from synedre.classify.resolution import Client, Directory
 from synedre.db.messages import audit
 
 
-def lock(conn: psycopg.Connection, message_id: int) -> dict[str, Any] | None:
-    """The state row joined with its raw message, locked for this transaction.
+def lock(conn: psycopg.Connection, message_id: int, status: str) -> dict[str, Any] | None:
+    """The state row joined with its raw message, locked for this transaction, if the
+    message is at `status`.
 
-    None when the message does not exist or another worker holds it right now (a
-    duplicate task): that one will finish the work, this one has nothing to do.
+    None when it is not (the stage's work is done, or not yet due), or when another
+    worker holds it right now (a duplicate task): nothing to do here either way.
     """
     return conn.execute(
         """SELECT s.*, r.mailbox, r.message_id AS message_id_header, r.envelope_from,
                   r.subject, r.dkim_pass, r.raw
              FROM synedre.email_states s JOIN synedre.raw_messages r ON r.id = s.message_id
-            WHERE s.message_id = %s FOR UPDATE OF s SKIP LOCKED""", (message_id,)).fetchone()
+            WHERE s.message_id = %s AND s.status = %s FOR UPDATE OF s SKIP LOCKED""",
+        (message_id, status)).fetchone()
 
 
 def transition(conn: psycopg.Connection, message_id: int, status: str, event: str,

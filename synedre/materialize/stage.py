@@ -40,8 +40,8 @@ def _chantier(conn, state: dict) -> int | None:
 
 def run(message_id: int) -> str | None:
     with db.transaction() as conn:
-        state = pipeline.lock(conn, message_id)
-        if state is None or state["status"] != "classified" or any(state[c] for c in LINKS.values()):
+        state = pipeline.lock(conn, message_id, "classified")
+        if state is None or any(state[c] for c in LINKS.values()):
             return None
         intent, title = state["intent"], (state["subject"] or "(sans objet)")[:300]
         if intent == "noise":

@@ -35,8 +35,8 @@ def texts(state: dict, rows: list[dict], s: Settings) -> tuple[list[str], list[s
 def run(message_id: int, s: Settings | None = None) -> str | None:
     s = s or get_settings()
     with db.transaction() as conn:
-        state = pipeline.lock(conn, message_id)
-        if state is None or state["status"] != "scanned":
+        state = pipeline.lock(conn, message_id, "scanned")
+        if state is None:
             return None
         rows = pipeline.attachments(conn, message_id)
         if images(rows) and not pipeline.has_audit(conn, message_id, "ocr_extracted"):

@@ -28,8 +28,8 @@ def run(message_id: int, s: Settings | None = None) -> str | None:
     """Returns the next stage, or None when there is nothing more to do."""
     s = s or get_settings()
     with db.transaction() as conn:
-        state = pipeline.lock(conn, message_id)
-        if state is None or state["status"] != "received":
+        state = pipeline.lock(conn, message_id, "received")
+        if state is None:
             return None
         rows = pipeline.attachments(conn, message_id)
         found = verdicts(rows, files.payloads(state, rows), s) if rows else {}

@@ -135,8 +135,8 @@ def run(message_id: int, s: Settings | None = None, stop: threading.Event | None
 
 def _launch(message_id: int, s: Settings, stop: threading.Event) -> Result | None:
     with db.transaction() as conn:
-        state = pipeline.lock(conn, message_id)
-        if state is None or state["status"] != "classified":
+        state = pipeline.lock(conn, message_id, "classified")
+        if state is None:
             return None
         if reason := over_budget(conn, message_id, s):
             pipeline.audit(conn, message_id, "spawn_skipped_budget", reason=reason)

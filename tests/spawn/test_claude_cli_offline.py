@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.spawn.conftest import git
 from tests.services.claude_api import ClaudeAPI, ScriptedModel, Sleep, bash, start_claude_api, text, write
 
 pexpect = pytest.importorskip("pexpect", reason="pexpect is not installed (pip install pexpect)")
@@ -147,21 +148,6 @@ def run_claude(args: list[str], api: ClaudeAPI, cwd: Path, home: Path, timeout: 
     started = time.monotonic()
     child = spawn(args, cli_env(api.url, home), cwd, timeout)
     return drain(child, started, timeout)
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
-
-
-@pytest.fixture
-def repo(tmp_path) -> Path:
-    path = tmp_path / "repo"
-    path.mkdir()
-    git(path, "init", "-q", "-b", "main")
-    (path / "README.md").write_text("scratch repo\n")
-    git(path, "add", "README.md")
-    git(path, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "init")
-    return path
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from synedre.ingest.poll import ingest_one
 from tests.conftest import CORPUS
 from tests.services import stack
 from tests.services.claude_api import ScriptedModel, bash, start_claude_api
+from tests.spawn.conftest import git
 
 pytestmark = [pytest.mark.timeout(240),
               pytest.mark.skipif(shutil.which("claude") is None, reason="the claude CLI is not installed "
@@ -33,10 +34,6 @@ def agent_script(extra=()):
         *extra,
         [bash("f=fix-$(basename $PWD).txt && pwd > $f && git add $f && git commit -qm 'agent commit'")],
     ])
-
-
-def git(repo, *args):
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from synedre.spawn.runner import HARD_EXIT, IDLE_EXIT, MAX_ARG_BYTES, Limits, Ru
     UnparsedEvent, build_argv, run
 from synedre.spawn.stream import AssistantMessage, ResultMessage, SystemInit, UserMessage
 from tests.services.claude_api import ClaudeAPI, ScriptedModel, Sleep, bash, start_claude_api, text, write
-from tests.spawn.test_claude_cli_offline import CLAUDE, COMMIT, CONTRACT, cli_env, git
+from tests.spawn.conftest import git
+from tests.spawn.test_claude_cli_offline import CLAUDE, COMMIT, CONTRACT, cli_env
 
 needs_claude = pytest.mark.skipif(
     CLAUDE is None, reason="the `claude` CLI is not installed (run scripts/install-claude-cli)")
@@ -31,17 +32,6 @@ PROMPT = "Handle the scripted task."
 # (The CLI refuses `sleep N` in a command, hence tail.) Its group is recorded to show it
 # is not the CLI's.
 BACKGROUND = "tail -f /dev/null >/dev/null 2>&1 & echo $! > bg.pid; ps -o pgid= -p $! > bg.pgid"
-
-
-@pytest.fixture
-def repo(tmp_path) -> Path:
-    path = tmp_path / "repo"
-    path.mkdir()
-    git(path, "init", "-q", "-b", "main")
-    (path / "README.md").write_text("scratch repo\n")
-    git(path, "add", "README.md")
-    git(path, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "-m", "init")
-    return path
 
 
 @pytest.fixture
