@@ -1,9 +1,8 @@
 """What runs on a clock. Read by `celery beat` through tasks.app (see synedre.celeryconfig)."""
 from synedre.config import get_settings
 from synedre.mail import registry
+from synedre.sweep import SWEEP_EVERY_S
 from tasks.app import app
-
-SWEEP_EVERY_S = 5 * 60
 
 
 def schedule() -> dict:

@@ -4,9 +4,9 @@ from typing import NamedTuple
 from kombu import Queue
 
 from synedre.config import VISIBILITY_TIMEOUT_S, get_settings
+from synedre.pipeline import HOUSEKEEPING, WORKER_GROUPS, group_queues, queues
 
-# One queue per stage (SPEC §1), in pipeline order.
-STAGES = ["poll", "scan", "ocr", "classify", "materialize", "spawn", "deploy", "qa", "recap"]
+
 class Group(NamedTuple):
     queues: list[str]
     concurrency: int
@@ -14,15 +14,10 @@ class Group(NamedTuple):
     processes: int = 1
 
 
-# Workers of `synedre fleet`, by queue group. Classification mostly waits on the LLM, so
-# it runs on threads to overlap those waits, in two processes to use two cores.
-GROUPS = {
-    "ingest": Group(["poll"], 2),
-    "read": Group(["scan", "ocr"], 2),
-    "classify": Group(["classify", "materialize"], 12, "threads", processes=2),
-    "spawn": Group(["spawn"], 3),
-    "after": Group(["deploy", "qa", "recap"], 2),
-}
+# One queue per stage and the worker groups of `synedre fleet`: both from the pipeline table.
+STAGES = queues()
+GROUPS = {name: Group(group_queues(name), g.concurrency, g.pool, g.processes)
+          for name, g in WORKER_GROUPS.items()}
 
 _settings = get_settings()
 broker_url = _settings.broker_url
@@ -34,8 +29,7 @@ task_ignore_result = True
 task_queues = [Queue(name) for name in STAGES]
 task_default_queue = "poll"
 task_routes = {**{f"synedre.{name}": {"queue": name} for name in STAGES},
-               "synedre.sweep": {"queue": "poll"}, "synedre.spawn_select": {"queue": "poll"},
-               "synedre.lock_watchdog": {"queue": "poll"}}
+               **{f"synedre.{task}": {"queue": queue} for task, queue in HOUSEKEEPING.items()}}
 
 task_serializer = "json"
 accept_content = ["json"]

@@ -1,4 +1,4 @@
-"""The `synedre` command."""
+"""synedre: operate the Synedre fleet (email in, executed work out): run it, inspect and retry messages, see its status, pause launches."""
 from __future__ import annotations
 
 import json
@@ -25,7 +25,8 @@ report_app = typer.Typer(no_args_is_help=True, help="Reports.")
 app.add_typer(report_app, name="report")
 spawn_app = typer.Typer(no_args_is_help=True, help="The launch kill switch (durable, fleet-wide).")
 app.add_typer(spawn_app, name="spawn")
-console = Console()
+# Piped output keeps whole lines (rich would otherwise assume 80 columns and cut cells).
+console = Console(width=None if sys.stdout.isatty() else 400)
 err = Console(stderr=True, soft_wrap=True)
 
 
@@ -66,10 +67,10 @@ def directory_import(file: Path) -> None:
     from pydantic import ValidationError
 
     from synedre import db
-    from synedre.db.directory import Directory, import_directory
+    from synedre.db.directory import DirectoryFile, import_directory
 
     try:
-        d = Directory.model_validate_json(file.read_bytes())
+        d = DirectoryFile.model_validate_json(file.read_bytes())
     except (OSError, ValidationError) as exc:
         fail(f"cannot import {file}: {exc}")
     with db.transaction() as conn:
@@ -80,10 +81,10 @@ def directory_import(file: Path) -> None:
 @app.command()
 def inspect(
     message: Optional[str] = typer.Argument(None, help="Message-ID header value or internal id"),
-    all_: bool = typer.Option(False, "--all", help="Every message"),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable output"),
+    all_: bool = typer.Option(False, "--all", help="Every message (one line each)"),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output, details included"),
 ) -> None:
-    """Show a message (or all of them) with its status and audit trail."""
+    """Show a message: status, why it waits, every audit with its time and detail, its launches."""
     from synedre import db
     from synedre.db import messages
 
@@ -96,17 +97,166 @@ def inspect(
             if mid is None:
                 fail(f"no message {message!r}")
             ids = [mid]
-        rows = messages.describe(conn, ids)
+        rows = messages.describe(conn, ids, details=not all_)
+    if not all_:
+        rows[0]["waiting"] = _waiting(rows[0])
     if as_json:
-        sys.stdout.write(json.dumps(rows if all_ else rows[0], ensure_ascii=False, indent=1) + "\n")
+        sys.stdout.write(json.dumps(rows if all_ else rows[0], ensure_ascii=False, indent=1, default=str) + "\n")
         return
-    table = Table("id", "status", "dkim", "intent", "client", "subject", "audits")
-    for r in rows:
-        client = r["client"] and f"{r['client']['codename']} ({r['client']['source']})"
-        intent = r["intent"] and f"{r['intent']}/{r['complexity']} {r['confidence']:.2f}"
-        table.add_row(str(r["id"]), r["status"], "✓" if r["dkim_pass"] else "✗", intent or "",
-                      client or "", (r["subject"] or "")[:50], ", ".join(r["audits"]))
-    console.print(table)
+    if all_:
+        table = Table("id", "status", "dkim", "intent", "client", "subject", "waiting")
+        for r in rows:
+            table.add_row(str(r["id"]), r["status"], "✓" if r["dkim_pass"] else "✗", _intent(r),
+                          _client(r), escape((r["subject"] or "")[:60]), escape(r["waiting_reason"] or ""))
+        console.print(table)
+        return
+    r = rows[0]
+    console.print(f"[bold]message {r['id']}[/] {escape(r['message_id'])}  from {escape(r['from'] or '?')}"
+                  f"  dkim {'pass' if r['dkim_pass'] else 'fail'}")
+    console.print(f"subject: {escape(r['subject'] or '')}")
+    console.print(f"status: [bold]{r['status']}[/]  intent: {_intent(r) or '-'}  client: {_client(r) or '-'}"
+                  f"  materialized: {r['materialized'] and '%s #%s' % (r['materialized']['kind'], r['materialized']['id']) or '-'}")
+    if r["waiting"]:
+        console.print(f"[yellow]waiting:[/] {escape(r['waiting'])}")
+    console.print("audit:")
+    for a in r["audit"]:
+        detail = json.dumps(a["detail"], ensure_ascii=False, default=str) if a["detail"] else ""
+        console.print(f"  {a['at'][:19]}  {a['event']}  {escape(detail)}", soft_wrap=True)
+    for launch in r["launches"]:
+        console.print(f"launch #{launch['id']} attempt {launch['attempt']}: {launch['status']}"
+                      f" ({launch['stop_reason'] or '-'}), model {launch['model']}, cost {launch['cost_usd']},"
+                      f" session {launch['session_id'] or '-'}", soft_wrap=True)
+        for key in ("contract", "salvage"):
+            if launch.get(key):
+                console.print(f"  {key}: {escape(json.dumps(launch[key], ensure_ascii=False, default=str))}",
+                              soft_wrap=True)
+
+
+def _intent(r: dict) -> str:
+    if not r["intent"]:
+        return ""
+    return f"{r['intent']}/{r['complexity']} {r['confidence']:.2f}" if r["confidence"] is not None else r["intent"]
+
+
+def _client(r: dict) -> str:
+    return f"{r['client']['codename']} ({r['client']['source']})" if r["client"] else ""
+
+
+def _waiting(r: dict) -> str | None:
+    """Why the message is not moving now: its recorded reason, else its queue's consumers."""
+    from synedre.pipeline import TERMINAL, consumer_of
+
+    if r["status"] in TERMINAL:
+        return None
+    reason = r["waiting_reason"]
+    if r.get("waiting_until"):
+        reason = f"{reason} (until {str(r['waiting_until'])[:19]})"
+    stage = consumer_of(r["status"])
+    if stage is not None:
+        from synedre.health import queue_consumers
+        from tasks.app import app as celery
+
+        consumers = queue_consumers(celery)
+        if consumers is not None and consumers.get(stage.queue, 0) == 0:
+            reason = "; ".join(filter(None, [reason, f"queue {stage.queue} has no consumer"]))
+        elif reason is None:
+            reason = f"queued for {stage.name}"
+    return reason
+
+
+@app.command()
+def retry(
+    message: Optional[str] = typer.Argument(None, help="Message-ID header value or internal id"),
+    from_stage: Optional[str] = typer.Option(None, "--from", help="Stage to re-run (default: the failed one)"),
+    status: Optional[str] = typer.Option(None, "--status", help="Every message at this status"),
+    since: Optional[str] = typer.Option(None, help="With --status: only those there since (e.g. 2h, 1d, 2026-12-01)"),
+    reason: str = typer.Option(..., "--reason", help="Why, for the audit"),
+) -> None:
+    """Send messages back to a stage and enqueue them (audited `retry_requested`)."""
+    from synedre import db
+    from synedre.db import messages
+    from synedre.db import pipeline as sql
+    from synedre.pipeline import Status
+    from tasks.app import enqueue
+
+    if bool(message) == bool(status):
+        fail("give a MESSAGE or --status STATUS", 2)
+    if status is not None and status not in {str(s) for s in Status}:
+        fail(f"unknown status {status!r} (statuses: {', '.join(Status)})", 2)
+    by = os.environ.get("USER", "operator")
+    with db.transaction() as conn:
+        if message:
+            mid = messages.lookup(conn, message)
+            if mid is None:
+                fail(f"no message {message!r}")
+            ids = [mid]
+        else:
+            ids = messages.at_status(conn, status, _since(since))
+    done, refused = [], []
+    for mid in ids:
+        try:
+            with db.transaction() as conn:
+                stage, old = sql.reenter(conn, mid, from_stage, reason=reason, by=by)
+        except sql.RetryRefused as exc:
+            refused.append((mid, str(exc)))
+            continue
+        enqueue(stage.name, mid)
+        done.append(mid)
+        console.print(f"message {mid}: {old} -> {stage.entry[0]}, enqueued for {stage.name}")
+    for mid, why in refused:
+        err.print(f"[bold red]refused:[/] message {mid}: {escape(why)}")
+    if not ids:
+        console.print(f"no message at {status}")
+    if refused and not done:
+        raise typer.Exit(1)
+
+
+def _since(value: str | None):
+    from datetime import datetime, timedelta, timezone
+
+    if value is None:
+        return None
+    units = {"m": "minutes", "h": "hours", "d": "days"}
+    if value[:-1].isdigit() and value[-1] in units:
+        return datetime.now(timezone.utc) - timedelta(**{units[value[-1]]: int(value[:-1])})
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        fail(f"--since {value!r}: give 30m, 2h, 1d or an ISO date", 2)
+
+
+@app.command()
+def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable output")) -> None:
+    """Messages per status, queue depths and consumers, launch switch, and every dependency's health."""
+    from synedre import health
+    from tasks.app import app as celery
+
+    snap = health.snapshot(app=celery)
+    if as_json:
+        sys.stdout.write(json.dumps(snap, ensure_ascii=False, indent=1, default=str) + "\n")
+        return
+    msgs = snap["messages"]
+    if "error" in msgs:
+        console.print(f"[red]messages: {escape(msgs['error'])}[/]")
+    else:
+        waiting = snap.get("waiting", {})
+        console.print("messages: " + ", ".join(
+            f"{k} {v}" + (f" ({waiting[k]} waiting)" if waiting.get(k) else "") for k, v in msgs.items() if v)
+            + f" (total {sum(msgs.values())})", soft_wrap=True)
+    queues = snap["queues"]
+    if "error" in queues:
+        console.print(f"[red]queues: {escape(queues['error'])}[/]")
+    else:
+        consumers = snap.get("consumers")
+        console.print("queues: " + ", ".join(
+            f"{q} {n}" + ("" if consumers is None else f"/{consumers.get(q, 0)}w") for q, n in queues.items())
+            + ("  (depth/consumers)" if consumers is not None else "  (no worker answered)"), soft_wrap=True)
+        launches = snap["launches"]
+        console.print(f"launches: {'paused: ' + launches['paused'] if launches['paused'] else 'allowed'};"
+                      f" slots {launches['slots_in_use']}/{launches['limit']}", soft_wrap=True)
+    for c in snap["health"]:
+        mark = "[green]ok[/]" if c["ok"] else "[bold red]FAIL[/]"
+        console.print(f"{mark} {c['name']}: {escape(c['detail'])}", soft_wrap=True)
 
 
 @report_app.command("calibration")
@@ -135,8 +285,10 @@ def spawn_resume() -> None:
     from synedre import kv
     from synedre.spawn import locks
 
+    from tasks.spawn import offer_launches
+
     locks.resume(kv.client())
-    console.print("launches resumed")
+    console.print(f"launches resumed; {offer_launches()} held message(s) enqueued")
 
 
 @spawn_app.command("status")
@@ -149,7 +301,8 @@ def spawn_status() -> None:
     s = get_settings()
     console.print_json(data={**locks.status(r), "env_disabled": s.spawn_disabled,
                              "disabled_reason": locks.spawn_disabled(r, s.spawn_disabled),
-                             "slots_in_use": locks.LaunchSemaphore(r, limit=s.max_concurrent_launches).in_use()})
+                             "slots_in_use": locks.LaunchSemaphore(r, limit=s.max_concurrent_launches).in_use(),
+                             "limit": s.max_concurrent_launches})
 
 
 @app.command()
@@ -164,22 +317,30 @@ def locks(stale_after: float = typer.Option(600.0, help="Seconds without renewal
 
 
 @app.command("launches")
-def list_launches(running: bool = typer.Option(False, "--running", help="Only running launches")) -> None:
+def list_launches(running: bool = typer.Option(False, "--running", help="Only running launches"),
+                  message: Optional[str] = typer.Option(None, "--message", help="Only this message's launches"),
+                  as_json: bool = typer.Option(False, "--json", help="With contract, verdict, salvage, merge")) -> None:
     """Recent launches with their outcome."""
     from synedre import db
+    from synedre.db import messages as sql
 
     with db.transaction() as conn:
-        rows = conn.execute(
-            "SELECT l.id, l.message_id, l.attempt, l.status, l.model, l.system_prompt, l.session_id,"
-            " l.num_turns, l.cost_usd, l.exit_code, l.stop_reason, l.started_at, l.ended_at"
-            " FROM synedre.launches l WHERE NOT %s OR l.status = 'running' ORDER BY l.id DESC LIMIT 50",
-            (running,)).fetchall()
-    table = Table("id", "message", "try", "status", "model", "prompt", "turns", "cost", "exit", "stop", "started")
+        mid = None
+        if message:
+            mid = sql.lookup(conn, message)
+            if mid is None:
+                fail(f"no message {message!r}")
+        rows = [r for r in sql.launches_of(conn, mid) if not running or r["status"] == "running"]
+    if as_json:
+        sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=1, default=str) + "\n")
+        return
+    table = Table("id", "message", "try", "status", "model", "prompt", "turns", "cost", "exit", "stop", "merge",
+                  "started")
     for r in rows:
         table.add_row(str(r["id"]), str(r["message_id"]), str(r["attempt"]), r["status"], r["model"] or "",
                       r["system_prompt"] or "", str(r["num_turns"] or ""), str(r["cost_usd"] or ""),
                       str(r["exit_code"] if r["exit_code"] is not None else ""), r["stop_reason"] or "",
-                      r["started_at"].strftime("%Y-%m-%d %H:%M:%S"))
+                      str(r["merge"] or ""), r["started_at"].strftime("%Y-%m-%d %H:%M:%S"))
     console.print(table)
 
 
@@ -201,6 +362,10 @@ def tail(message: str, follow: bool = typer.Option(True, help="Keep following un
         with db.transaction() as conn:
             launch = conn.execute("SELECT id, status FROM synedre.launches WHERE message_id = %s"
                                   " ORDER BY attempt DESC LIMIT 1", (mid,)).fetchone()
+            if launch is None:
+                state = conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s",
+                                     (mid,)).fetchone()
+                fail(f"message {mid} has no launch (status {state['status'] if state else '?'})")
             rows = [] if launch is None else conn.execute(
                 "SELECT seq, event_type, subtype, tool_name, payload FROM synedre.launch_events"
                 " WHERE launch_id = %s AND seq > %s ORDER BY seq", (launch["id"], seen)).fetchall()
@@ -233,9 +398,11 @@ def _summary(payload: dict) -> str:
 def poll(mailbox: str = typer.Argument("atlas"),
          wait: bool = typer.Option(False, help="Run here and now instead of enqueueing")) -> None:
     """Ask for a poll of a mailbox (the same task beat and IDLE trigger)."""
+    from synedre.mail import registry
     from synedre.mail.registry import RegistryError
 
     try:
+        registry.get(mailbox)  # an unknown mailbox is refused here, not in a worker
         if wait:
             from tasks.poll import poll as poll_task
             console.print_json(data=poll_task.apply(args=[mailbox]).get())
@@ -290,6 +457,11 @@ def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to 
         done = upgrade(s.migrations_dir, env["SYNEDRE_DATABASE_URL"])
     except MigrationError as exc:
         fail(str(exc))
+    from synedre import health
+
+    for c in health.check_all(s):
+        if not c.ok:
+            err.print(f"[bold yellow]warning:[/] {c.name}: {escape(c.detail)}")
     console.print(f"[green]database ready[/] ({len(done)} migration(s) applied); "
                   f"mailboxes: {', '.join(boxes)}; Ctrl-C stops everything cleanly")
     raise typer.Exit(fleet_mod.supervise(fleet_mod.children(), env, grace))

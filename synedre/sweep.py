@@ -1,40 +1,63 @@
-"""Find messages stuck between stages (a lost enqueue, a dead worker) and hand them on again.
+"""The sweep (beat, every `SWEEP_EVERY_S`): find messages stuck at a stage and hand them on
+again, from the pipeline table's per-stage limits (SPEC §12, §12b).
 
-Every stage is idempotent and locks its row, so re-enqueueing a message that is in fact
-still being worked on costs one no-op task.
+- At an entry status longer than the stage's limit (its task was lost: a broker restart,
+  an enqueue that never happened): re-enqueued. Re-offering is idempotent (the stage's
+  claim), so a message that was in fact queued costs one no-op task.
+- Claimed (in-progress status) longer than the limit (its worker died mid-work): the claim
+  is released back to the entry status and re-enqueued; a later write of the dead
+  execution is fenced out by the attempt number. A launch is never re-offered: a lost
+  launch is failed (`fail_lost_launches`), resumable, never run twice.
 """
 from __future__ import annotations
 
 from synedre import db
-from synedre.db import pipeline
+from synedre.db import pipeline as sql
+from synedre.pipeline import STAGES, Stage
 
-# status -> (the stage that moves it on, minutes after which it counts as stuck)
-STUCK = {
-    "received": ("scan", 10),
-    "scanned": ("ocr", 15),  # ocr hands on to classify, whose LLM retries last ~5 min
-}
-MATERIALIZE_AFTER_MIN = 10
+SWEEP_EVERY_S = 30
 BATCH = 200
 
 
-def find_stuck() -> list[tuple[int, str]]:
-    """(message id, stage to re-run), with an audit row for each, in one transaction."""
+def find_stuck(stages: tuple[Stage, ...] = STAGES) -> list[tuple[int, str]]:
+    """(message id, stage to run), with an audit row each, in one short transaction.
+    A re-offered message is not offered again before another full limit has passed."""
     found: list[tuple[int, str]] = []
     with db.transaction() as conn:
-        for status, (stage, minutes) in STUCK.items():
-            rows = conn.execute(
-                "SELECT message_id FROM synedre.email_states WHERE status = %s"
-                " AND status_at < now() - make_interval(mins => %s) ORDER BY status_at LIMIT %s",
-                (status, minutes, BATCH)).fetchall()
-            found += [(r["message_id"], stage) for r in rows]
-        rows = conn.execute(
-            """SELECT s.message_id FROM synedre.email_states s
-                WHERE s.status = 'classified' AND s.updated_at < now() - make_interval(mins => %s)
-                  AND num_nonnulls(s.run_id, s.question_id, s.negotiation_id, s.advice_id) = 0
-                ORDER BY s.updated_at LIMIT %s""", (MATERIALIZE_AFTER_MIN, BATCH)).fetchall()
-        found += [(r["message_id"], "materialize") for r in rows]
-        for mid, stage in found:
-            pipeline.audit(conn, mid, "sweep_requeued", stage=stage)
+        for stage in stages:
+            if not stage.entry:
+                continue
+            if stage.running is not None and stage.on_stuck == "requeue":
+                for r in conn.execute(
+                        """UPDATE synedre.email_states SET status = %(entry)s, claimed_at = NULL,
+                                  updated_at = now(), waiting_reason = %(why)s,
+                                  waiting_until = now() + make_interval(secs => %(limit)s)
+                            WHERE message_id IN (
+                                  SELECT message_id FROM synedre.email_states
+                                   WHERE status = %(running)s
+                                     AND claimed_at < now() - make_interval(secs => %(limit)s)
+                                   ORDER BY claimed_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
+                        RETURNING message_id""",
+                        {"entry": str(stage.entry[0]), "running": str(stage.running), "batch": BATCH,
+                         "limit": stage.stuck_after_s,
+                         "why": f"re-offered by the sweep: {stage.name} claim older than {stage.stuck_after_s} s"}):
+                    found.append((r["message_id"], stage.name))
+                    sql.audit(conn, r["message_id"], "sweep_reclaimed", stage=stage.name)
+            for r in conn.execute(
+                    """UPDATE synedre.email_states SET waiting_reason = %(why)s,
+                              waiting_until = now() + make_interval(secs => %(limit)s)
+                        WHERE message_id IN (
+                              SELECT message_id FROM synedre.email_states
+                               WHERE status = ANY(%(entry)s)
+                                 AND status_at < now() - make_interval(secs => %(limit)s)
+                                 AND (waiting_until IS NULL OR waiting_until < now())
+                               ORDER BY status_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
+                    RETURNING message_id""",
+                    {"entry": [str(s) for s in stage.entry], "limit": stage.stuck_after_s, "batch": BATCH,
+                     "why": f"re-offered by the sweep: waited for {stage.name} over {stage.stuck_after_s} s"}):
+                if (r["message_id"], stage.name) not in found:
+                    found.append((r["message_id"], stage.name))
+                    sql.audit(conn, r["message_id"], "sweep_requeued", stage=stage.name)
     return found
 
 

@@ -1,7 +1,10 @@
-"""What every stage task shares: which errors are transient, how the next stage is called."""
+"""What every stage task shares: which errors are transient, how a result moves a message on."""
 import psycopg
 import redis
 import structlog
+
+from synedre.log import log
+from synedre.pipeline import Status, consumer_of
 
 # Worth retrying with backoff; everything else fails once and loudly.
 TRANSIENT = (psycopg.OperationalError, redis.ConnectionError, redis.TimeoutError, ConnectionError)
@@ -12,3 +15,17 @@ def bind(task, message_id) -> int:
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(message=int(message_id), task=task.name, task_id=task.request.id)
     return int(message_id)
+
+
+def advance(message_id: int, result: Status | str) -> str:
+    """After a stage: enqueue the stage that consumes the status written, or say (log and
+    return) why nothing was done, so a `celery call` on the wrong message is never silent."""
+    from tasks.app import enqueue
+
+    if isinstance(result, Status):
+        nxt = consumer_of(result)
+        if nxt is not None:
+            enqueue(nxt.name, message_id)
+        return str(result)
+    log.info("stage_nothing_to_do", message=message_id, reason=result)
+    return f"nothing to do: {result}"

@@ -1,12 +1,10 @@
 """Queue `materialize`: one run, question, negotiation or advice per message (SPEC §7)."""
 from synedre.materialize import stage
-from tasks._common import RETRY, bind
-from tasks.app import app, enqueue
+from tasks._common import RETRY, advance, bind
+from tasks.app import app
 
 
 @app.task(name="synedre.materialize", bind=True, soft_time_limit=120, time_limit=150, **RETRY)
-def materialize(self, message_id: int) -> str | None:
+def materialize(self, message_id: int) -> str:
     mid = bind(self, message_id)
-    if nxt := stage.run(mid):
-        enqueue(nxt, mid)
-    return nxt
+    return advance(mid, stage.run(mid))

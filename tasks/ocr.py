@@ -1,12 +1,10 @@
 """Queue `ocr`: Tesseract on clean images, text kept out of the database (SPEC §5)."""
 from synedre.ocr import stage
-from tasks._common import RETRY, bind
-from tasks.app import app, enqueue
+from tasks._common import RETRY, advance, bind
+from tasks.app import app
 
 
 @app.task(name="synedre.ocr", bind=True, soft_time_limit=900, time_limit=960, **RETRY)
-def ocr(self, message_id: int) -> str | None:
+def ocr(self, message_id: int) -> str:
     mid = bind(self, message_id)
-    if nxt := stage.run(mid):
-        enqueue(nxt, mid)
-    return nxt
+    return advance(mid, stage.run(mid))

@@ -4,6 +4,7 @@ from imapclient.exceptions import IMAPClientError
 
 from synedre.ingest.poll import run_coalesced
 from synedre.mail import registry
+from synedre.pipeline import Status, consumer_of
 from tasks.app import app, enqueue
 
 TRANSIENT = (OSError, IMAPClientError, ConnectionError)
@@ -13,7 +14,13 @@ TRANSIENT = (OSError, IMAPClientError, ConnectionError)
           retry_backoff_max=60, max_retries=5, soft_time_limit=1800, time_limit=1900)
 def poll(self, mailbox_id: str = "atlas") -> dict:
     structlog.contextvars.bind_contextvars(mailbox=mailbox_id, task_id=self.request.id)
-    report = run_coalesced(registry.get(mailbox_id), lambda mid: enqueue("scan", mid))
+    try:
+        box = registry.get(mailbox_id)
+    except registry.RegistryError as exc:
+        structlog.get_logger().error("poll_unknown_mailbox", error=str(exc))
+        return {"mailbox": mailbox_id, "refused": str(exc)}
+    first = consumer_of(Status.RECEIVED).name  # type: ignore[union-attr]
+    report = run_coalesced(box, lambda mid: enqueue(first, mid))
     if report is None:
         return {"mailbox": mailbox_id, "skipped": "another poll holds the lock"}
     return {"mailbox": mailbox_id, "unseen": report.unseen, "inserted": len(report.inserted),

@@ -1,13 +1,15 @@
 """Queue `spawn`: one headless Claude Code launch per message (SPEC §8)."""
 import threading
+from datetime import datetime, timedelta, timezone
 
 from celery.signals import worker_ready, worker_shutting_down
 
+from synedre import kv
 from synedre.config import get_settings
 from synedre.db import launches
 from synedre.log import log
 from synedre.spawn import locks, stage, workspace
-from tasks._common import RETRY, bind
+from tasks._common import RETRY, advance, bind
 from tasks.app import app, enqueue
 
 # Set when the worker stops: a running launch kills its agent's group and records why.
@@ -25,8 +27,6 @@ def _prune_worktrees(sender=None, **_):
     queues = sender.app.amqp.queues.consume_from if sender else {}
     if "spawn" not in (queues or {}):
         return
-    from synedre import kv
-
     try:  # the durable switch is read again at every launch; say at once if it is on
         if reason := locks.spawn_disabled(kv.client(), s.spawn_disabled):
             log.warning("spawn_paused_at_worker_start", reason=reason)
@@ -40,34 +40,49 @@ def _prune_worktrees(sender=None, **_):
 
 @app.task(name="synedre.spawn", bind=True, time_limit=get_settings().hard_timeout_s + 600,
           max_retries=240, **{k: v for k, v in RETRY.items() if k != "max_retries"})
-def spawn(self, message_id: int) -> str | None:
+def spawn(self, message_id: int) -> str:
     mid = bind(self, message_id)
+    r = kv.client()
+    locks.clear_queued(r, mid)  # running now: a later offer may queue another task
     try:
         result = stage.run(mid, stop=_stopping)
     except (stage.NoSlot, locks.LaunchGuardUnavailable) as exc:
         # fail closed and come back: no slot, or Redis cannot say whether one is free
-        raise self.retry(exc=exc, countdown=get_settings().spawn_slot_retry_s)
-    if result is not None and result.ok:
-        enqueue("deploy", mid)
-    return result and result.reason
+        delay = get_settings().spawn_slot_retry_s
+        until = datetime.now(timezone.utc) + timedelta(seconds=delay)
+        stage.hold(mid, f"held: {exc}; retry {self.request.retries + 1}/{self.max_retries}", until)
+        try:
+            if not locks.mark_queued(r, mid):
+                return "nothing to do: another spawn task is queued"
+        except locks.LaunchGuardUnavailable:
+            pass  # Redis is down: the retry below is still this message's only task
+        raise self.retry(exc=exc, countdown=delay) from None
+    if isinstance(result, stage.Result):
+        return advance(mid, stage.SUCCESS_STATUS if result.ok else stage.FAILED_STATUS)
+    return advance(mid, result)
 
 
 @app.task(name="synedre.spawn_select", soft_time_limit=60, time_limit=90, **RETRY)
 def spawn_select() -> int:
-    """Beat's safety net: every launchable message gets a spawn task (the claim dedups)."""
+    """Beat's safety net: every launchable message gets one spawn task, none while paused."""
+    return offer_launches()
+
+
+def offer_launches() -> int:
+    """Enqueue a spawn task for every launchable message that has none queued; nothing
+    while launches are paused (the held messages are offered again on resume)."""
     from synedre import db
 
+    if locks.spawn_disabled(kv.client(), get_settings().spawn_disabled):
+        return 0
     with db.transaction() as conn:
         ids = launches.selectable(conn)
-    for mid in ids:
-        enqueue("spawn", mid)
-    return len(ids)
+    return sum(enqueue("spawn", mid) for mid in ids)
 
 
 @app.task(name="synedre.lock_watchdog", soft_time_limit=60, time_limit=90, **RETRY)
 def lock_watchdog() -> int:
     """Beat, every 15 min: launch locks held over 10 minutes without renewal are alerted."""
-    from synedre import kv
 
     stale = locks.stale_locks(kv.client())
     for lock in stale:

@@ -1,57 +1,13 @@
 """Who is this email about? `ClientResolution` from the envelope, else a forwarded From:."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from synedre.classify.split import Split, forwarded_sender
-
-# Anyone can open an address there: a domain match on them proves nothing.
-CONSUMER_DOMAINS = frozenset("""
-gmail.com googlemail.com hotmail.com hotmail.fr outlook.com outlook.fr live.com live.fr msn.com
-yahoo.com yahoo.fr icloud.com me.com mac.com aol.com gmx.com gmx.fr protonmail.com proton.me
-free.fr orange.fr wanadoo.fr sfr.fr neuf.fr laposte.net bbox.fr numericable.fr club-internet.fr
-""".split())
+from synedre.db.directory import Client, Directory
 
 Source = Literal["envelope", "forwarded-body", "unknown"]
-
-
-@dataclass(frozen=True)
-class Client:
-    id: int
-    codename: str
-    name: str
-    priority: str
-    mrr: float
-    status: str
-    domains: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Directory:
-    founder_emails: frozenset[str]
-    founder_domain: str
-    atlas_address: str
-    clients: dict[str, Client] = field(default_factory=dict)       # codename -> client
-    persons: dict[str, str] = field(default_factory=dict)          # email -> codename
-
-    def is_founder(self, address: str | None) -> bool:
-        return bool(address) and address.lower() in self.founder_emails
-
-    def match(self, address: str | None) -> Client | None:
-        """Known person first, then a client domain; never the founder's nor a consumer domain."""
-        if not address or "@" not in address:
-            return None
-        address = address.lower()
-        if address in self.persons:
-            return self.clients[self.persons[address]]
-        domain = address.rsplit("@", 1)[1]
-        if domain == self.founder_domain or domain in CONSUMER_DOMAINS:
-            return None
-        for client in self.clients.values():
-            if any(domain == d or domain.endswith("." + d) for d in client.domains):
-                return client
-        return None
 
 
 @dataclass(frozen=True)

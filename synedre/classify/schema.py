@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 Intent = Literal["run", "question", "noise", "negociation", "conseil"]
 Complexity = Literal["leger", "plan"]
@@ -22,6 +22,15 @@ class Classification(BaseModel):
     # strict: "0.9" or true are not confidences
     confidence: float = Field(ge=0.0, le=1.0, strict=True)
     rationale: str = Field(default="", max_length=2000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _leger_outside_run(cls, data: object) -> object:
+        """SPEC §6: complexity means something only for `run`, and is `leger` otherwise, so
+        its absence there is no failure. A `run` must say which (leger or plan)."""
+        if isinstance(data, dict) and data.get("intent") != "run" and data.get("complexity") is None:
+            return {**data, "complexity": "leger"}
+        return data
 
 
 def parse_output(text: str) -> Classification:

@@ -1,18 +1,83 @@
-"""SQL for the directory: founder, clients, their people and chantiers (idempotent upserts)."""
+"""The directory: founder, clients, their people and chantiers.
+
+`Directory` / `Client` are what the stages read (`load`); `DirectoryFile` is the JSON
+file `synedre directory import` upserts (idempotent).
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from pydantic import BaseModel, Field, model_validator
 
 
-class Person(BaseModel):
+# Anyone can open an address there: a domain match on them proves nothing.
+CONSUMER_DOMAINS = frozenset("""
+gmail.com googlemail.com hotmail.com hotmail.fr outlook.com outlook.fr live.com live.fr msn.com
+yahoo.com yahoo.fr icloud.com me.com mac.com aol.com gmx.com gmx.fr protonmail.com proton.me
+free.fr orange.fr wanadoo.fr sfr.fr neuf.fr laposte.net bbox.fr numericable.fr club-internet.fr
+""".split())
+
+@dataclass(frozen=True)
+class Client:
+    id: int
+    codename: str
+    name: str
+    priority: str
+    mrr: float
+    status: str
+    domains: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Directory:
+    founder_emails: frozenset[str]
+    founder_domain: str
+    atlas_address: str
+    clients: dict[str, Client] = field(default_factory=dict)       # codename -> client
+    persons: dict[str, str] = field(default_factory=dict)          # email -> codename
+
+    def is_founder(self, address: str | None) -> bool:
+        return bool(address) and address.lower() in self.founder_emails
+
+    def match(self, address: str | None) -> Client | None:
+        """Known person first, then a client domain; never the founder's nor a consumer domain."""
+        if not address or "@" not in address:
+            return None
+        address = address.lower()
+        if address in self.persons:
+            return self.clients[self.persons[address]]
+        domain = address.rsplit("@", 1)[1]
+        if domain == self.founder_domain or domain in CONSUMER_DOMAINS:
+            return None
+        for client in self.clients.values():
+            if any(domain == d or domain.endswith("." + d) for d in client.domains):
+                return client
+        return None
+
+
+def load(conn: psycopg.Connection) -> Directory:
+    """The directory as the stages read it, in the caller's transaction."""
+    founder = conn.execute("SELECT emails, domain, atlas_address FROM synedre.founder").fetchone()
+    clients = {r["codename"]: Client(r["id"], r["codename"], r["name"], r["priority"], float(r["mrr"]),
+                                     r["status"], tuple(r["domains"]))
+               for r in conn.execute("SELECT * FROM synedre.clients")}
+    by_id = {c.id: c.codename for c in clients.values()}
+    persons = {r["email"]: by_id[r["client_id"]]
+               for r in conn.execute("SELECT email, client_id FROM synedre.client_persons")}
+    if founder is None:
+        return Directory(frozenset(), "", "", clients, persons)
+    return Directory(frozenset(founder["emails"]), founder["domain"], founder["atlas_address"],
+                     clients, persons)
+
+
+class PersonEntry(BaseModel):
     name: str | None = None
     email: str
 
 
-class Client(BaseModel):
+class ClientEntry(BaseModel):
     codename: str
     name: str
     priority: str = "normal"
@@ -20,16 +85,16 @@ class Client(BaseModel):
     status: str = "active"
     deploy_target: str | None = None
     domains: list[str] = []
-    persons: list[Person] = []
+    persons: list[PersonEntry] = []
 
 
-class Founder(BaseModel):
+class FounderEntry(BaseModel):
     name: str
     emails: list[str]
     domain: str
 
 
-class Chantier(BaseModel):
+class ChantierEntry(BaseModel):
     codename: str
     client: str | None = None
     status: str = "open"
@@ -37,14 +102,14 @@ class Chantier(BaseModel):
     mission_letter: str | None = None
 
 
-class Directory(BaseModel):
-    founder: Founder
+class DirectoryFile(BaseModel):
+    founder: FounderEntry
     atlas_mailbox: str
-    clients: list[Client] = []
-    chantiers: list[Chantier] = []
+    clients: list[ClientEntry] = []
+    chantiers: list[ChantierEntry] = []
 
     @model_validator(mode="after")
-    def _chantier_clients_exist(self) -> "Directory":
+    def _chantier_clients_exist(self) -> "DirectoryFile":
         known = {c.codename for c in self.clients}
         unknown = [f"{ch.codename} -> {ch.client}" for ch in self.chantiers
                    if ch.client and ch.client not in known]
@@ -53,7 +118,7 @@ class Directory(BaseModel):
         return self
 
 
-def import_directory(conn: psycopg.Connection, d: Directory) -> dict[str, Any]:
+def import_directory(conn: psycopg.Connection, d: DirectoryFile) -> dict[str, Any]:
     """Upsert everything in the caller's transaction; re-importing updates, never duplicates."""
     conn.execute(
         """INSERT INTO synedre.founder (id, name, emails, domain, atlas_address)

@@ -6,17 +6,21 @@ that lost its lock (or a zombie worker) cannot overwrite its successor.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
-import psycopg
 from psycopg.types.json import Jsonb
 
 from synedre.db.messages import audit
+from synedre.db.types import Conn
 
 LAUNCHABLE = ("run", "question", "negociation", "conseil")
 SPAWN_EVENTS = ("spawn_started", "spawn_action_done", "spawn_failed")
 RECENT = "1 hour"
+# An operator's `synedre retry` lifts the one-hour guard: only launches after it count.
+_LAST_RETRY = ("coalesce((SELECT max(r.id) FROM synedre.audit_log r WHERE r.message_id = s.message_id"
+               " AND r.event = 'retry_requested'), 0)")
 
 
 class FencedOut(RuntimeError):
@@ -30,47 +34,52 @@ class Claim:
     launch_id: int
 
 
-def selectable(conn: psycopg.Connection, limit: int = 50) -> list[int]:
+def selectable(conn: Conn, limit: int = 50) -> list[int]:
     """Messages the launch stage would take now (SPEC §8 selection)."""
     return [r["message_id"] for r in conn.execute(
         f"""SELECT s.message_id FROM synedre.email_states s
-             WHERE s.status = 'classified' AND s.intent = ANY(%s)
+             WHERE s.status = 'materialized' AND s.intent = ANY(%s)
                AND num_nonnulls(s.run_id, s.question_id, s.negotiation_id, s.advice_id) = 1
                AND NOT EXISTS (SELECT 1 FROM synedre.audit_log a WHERE a.message_id = s.message_id
-                                 AND a.event = ANY(%s) AND a.at > now() - interval '{RECENT}')
+                                 AND a.event = ANY(%s) AND a.at > now() - interval '{RECENT}'
+                                 AND a.id > {_LAST_RETRY})
              ORDER BY s.status_at LIMIT %s""", (list(LAUNCHABLE), list(SPAWN_EVENTS), limit))]
 
 
-def claim(conn: psycopg.Connection, message_id: int, **launch: Any) -> Claim | None:
+def claim(conn: Conn, message_id: int, **launch: Any) -> Claim | None:
     """Take the message for one launch, in the caller's transaction; None if not launchable."""
     row = conn.execute(
         f"""UPDATE synedre.email_states s
                SET status = 'spawning', launch_attempt = s.launch_attempt + 1,
-                   updated_at = now(), status_at = now()
-             WHERE s.message_id = %s AND s.status = 'classified' AND s.intent = ANY(%s)
+                   updated_at = now(), status_at = now(), claimed_at = now(),
+                   waiting_reason = NULL, waiting_until = NULL
+             WHERE s.message_id = %s AND s.status = 'materialized' AND s.intent = ANY(%s)
                AND num_nonnulls(s.run_id, s.question_id, s.negotiation_id, s.advice_id) = 1
                AND NOT EXISTS (SELECT 1 FROM synedre.audit_log a WHERE a.message_id = s.message_id
-                                 AND a.event = ANY(%s) AND a.at > now() - interval '{RECENT}')
+                                 AND a.event = ANY(%s) AND a.at > now() - interval '{RECENT}'
+                                 AND a.id > {_LAST_RETRY})
             RETURNING s.launch_attempt""", (message_id, list(LAUNCHABLE), list(SPAWN_EVENTS))).fetchone()
     if row is None:
         return None
     cols = ["message_id", "attempt", *launch]
-    launch_id = conn.execute(
+    inserted = conn.execute(
         f"INSERT INTO synedre.launches ({', '.join(cols)}) VALUES ({', '.join(['%s'] * len(cols))}) RETURNING id",
         (message_id, row["launch_attempt"], *[Jsonb(v) if isinstance(v, dict) else v for v in launch.values()]),
-    ).fetchone()["id"]
+    ).fetchone()
+    assert inserted is not None  # INSERT … RETURNING without ON CONFLICT always returns its row
+    launch_id = inserted["id"]
     audit(conn, message_id, "spawn_started", attempt=row["launch_attempt"], launch_id=launch_id)
     return Claim(message_id, row["launch_attempt"], launch_id)
 
 
-def _fence(conn: psycopg.Connection, c: Claim) -> None:
+def _fence(conn: Conn, c: Claim) -> None:
     ok = conn.execute("SELECT 1 FROM synedre.email_states WHERE message_id = %s AND launch_attempt = %s"
                       " FOR SHARE", (c.message_id, c.attempt)).fetchone()
     if ok is None:
         raise FencedOut(f"message {c.message_id}: attempt {c.attempt} was superseded")
 
 
-def update(conn: psycopg.Connection, c: Claim, **fields: Any) -> None:
+def update(conn: Conn, c: Claim, **fields: Any) -> None:
     """A fenced write to this launch's row (session id, cost, contract, salvage...)."""
     _fence(conn, c)
     sets = ", ".join(f"{k} = %({k})s" for k in fields)
@@ -79,7 +88,7 @@ def update(conn: psycopg.Connection, c: Claim, **fields: Any) -> None:
                                          for k, v in fields.items()}})
 
 
-def add_events(conn: psycopg.Connection, c: Claim, first_seq: int,
+def add_events(conn: Conn, c: Claim, first_seq: int,
                events: Iterable[tuple[str, str | None, str | None, dict]]) -> int:
     """Append (type, subtype, tool, payload) rows from `first_seq`; returns the next seq."""
     _fence(conn, c)
@@ -90,10 +99,11 @@ def add_events(conn: psycopg.Connection, c: Claim, first_seq: int,
     return first_seq + len(rows)
 
 
-def finish(conn: psycopg.Connection, c: Claim, *, ok: bool, status: str, reason: str, **fields: Any) -> None:
+def finish(conn: Conn, c: Claim, *, ok: bool, status: str, reason: str, **fields: Any) -> None:
     """End the launch: its row, the message's status and the audit, fenced, in one transaction."""
     update(conn, c, status="succeeded" if ok else "failed", stop_reason=reason, ended_at="now", **fields)
-    conn.execute("UPDATE synedre.email_states SET status = %s, updated_at = now(), status_at = now()"
-                 " WHERE message_id = %s AND launch_attempt = %s", (status, c.message_id, c.attempt))
+    conn.execute("UPDATE synedre.email_states SET status = %s, updated_at = now(), status_at = now(),"
+                 " claimed_at = NULL"
+                 " WHERE message_id = %s AND launch_attempt = %s", (str(status), c.message_id, c.attempt))
     audit(conn, c.message_id, "spawn_action_done" if ok else "spawn_failed",
           attempt=c.attempt, launch_id=c.launch_id, reason=reason)

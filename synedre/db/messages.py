@@ -96,11 +96,33 @@ def lookup(conn: psycopg.Connection, ref: str) -> int | None:
     return row["id"] if row else None
 
 
-def describe(conn: psycopg.Connection, ids: list[int] | None = None) -> list[dict[str, Any]]:
-    """What `synedre inspect` shows, one dict per message, in arrival order."""
+def at_status(conn: psycopg.Connection, status: str, since: Any = None) -> list[int]:
+    """Messages at `status` (since a time, if given), oldest first."""
+    return [r["message_id"] for r in conn.execute(
+        "SELECT message_id FROM synedre.email_states WHERE status = %s AND (%s::timestamptz IS NULL"
+        " OR status_at >= %s) ORDER BY status_at", (status, since, since))]
+
+
+LAUNCH_FIELDS = ("id", "attempt", "status", "model", "system_prompt", "session_id", "num_turns", "cost_usd",
+                 "exit_code", "stop_reason", "started_at", "ended_at", "contract", "salvage", "branch")
+
+
+def launches_of(conn: psycopg.Connection, message_id: int | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """Launches with their contract, verdict, salvage and merge result, newest first."""
+    rows = conn.execute(
+        "SELECT l.*, l.message_id FROM synedre.launches l WHERE %(all)s OR l.message_id = %(m)s"
+        " ORDER BY l.id DESC LIMIT %(n)s", {"all": message_id is None, "m": message_id, "n": limit}).fetchall()
+    return [{"message_id": r["message_id"], **{k: r.get(k) for k in LAUNCH_FIELDS},
+             "merge": (r.get("salvage") or {}).get("merge")} for r in rows]
+
+
+def describe(conn: psycopg.Connection, ids: list[int] | None = None, details: bool = False) -> list[dict[str, Any]]:
+    """What `synedre inspect` shows, one dict per message, in arrival order; `details`
+    adds every audit row (time, event, detail) and the launches."""
     rows = conn.execute(
         """SELECT r.id, r.message_id, r.subject, r.mailbox, r.envelope_from, r.dkim_pass,
                   r.received_at, s.status, s.intent, s.complexity, s.confidence, s.client_source,
+                  s.waiting_reason, s.waiting_until, s.stage_attempt, s.status_at,
                   c.codename AS client, s.run_id, s.question_id, s.negotiation_id, s.advice_id,
                   ch.codename AS chantier,
                   COALESCE((SELECT array_agg(a.event ORDER BY a.id) FROM synedre.audit_log a
@@ -117,15 +139,24 @@ def describe(conn: psycopg.Connection, ids: list[int] | None = None) -> list[dic
         kinds = {"run": r["run_id"], "question": r["question_id"],
                  "negociation": r["negotiation_id"], "conseil": r["advice_id"]}
         kind = next((k for k, v in kinds.items() if v is not None), None)
-        out.append({
+        item = {
             "id": r["id"], "message_id": r["message_id"], "subject": r["subject"],
             "from": r["envelope_from"], "mailbox": r["mailbox"],
             "received_at": r["received_at"].isoformat(), "status": r["status"],
+            "status_at": r["status_at"].isoformat(), "attempt": r["stage_attempt"],
+            "waiting_reason": r["waiting_reason"],
+            "waiting_until": r["waiting_until"].isoformat() if r["waiting_until"] else None,
             "dkim_pass": r["dkim_pass"], "intent": r["intent"], "complexity": r["complexity"],
             "confidence": r["confidence"],
             "client": {"codename": r["client"], "source": r["client_source"]}
             if r["client"] or r["client_source"] else None,
             "materialized": {"kind": kind, "id": kinds[kind]} if kind else None,
             "chantier": r["chantier"], "audits": list(r["audits"]),
-        })
+        }
+        if details:
+            item["audit"] = [{"at": a["at"].isoformat(), "event": a["event"], "detail": a["detail"]}
+                             for a in conn.execute("SELECT at, event, detail FROM synedre.audit_log"
+                                                   " WHERE message_id = %s ORDER BY id", (r["id"],))]
+            item["launches"] = launches_of(conn, r["id"])
+        out.append(item)
     return out

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 from synedre import db
-from synedre.db import pipeline
-from synedre.ingest.mime import body_text
+from synedre.db import pipeline as sql
 from synedre.log import log
 from synedre.materialize.chantier import Candidate, match
+from synedre.message import ParsedMessage
+from synedre.pipeline import BY_NAME, Status
+
+STAGE = BY_NAME["materialize"]
 
 REF_TYPE = "atlas_inbox"
 LINKS = {"run": "run_id", "question": "question_id", "negociation": "negotiation_id", "conseil": "advice_id"}
@@ -29,36 +32,38 @@ def _insert_once(conn, table: str, state: dict, title: str) -> int:
                         (state["message_id"],)).fetchone()["id"]
 
 
-def _chantier(conn, state: dict) -> int | None:
+def _chantier(conn, state: dict, msg: ParsedMessage) -> int | None:
     if state["client_id"] is None:
         return None
     rows = conn.execute("SELECT id, title, coalesce(mission_letter, '') AS m FROM synedre.chantiers"
                         " WHERE client_id = %s AND status = 'open'", (state["client_id"],)).fetchall()
-    text = f"{state['subject'] or ''}\n{body_text(bytes(state['raw']))[:4000]}"
+    text = f"{msg.subject}\n{msg.body[:4000]}"
     return match(text, [Candidate(r["id"], r["title"], r["m"]) for r in rows])
 
 
-def run(message_id: int) -> str | None:
+def run(message_id: int) -> Status | str:
+    """One short transaction: the claim, the constraint-guarded insert, the link, the audit."""
     with db.transaction() as conn:
-        state = pipeline.lock(conn, message_id, "classified")
-        if state is None or any(state[c] for c in LINKS.values()):
-            return None
+        claim = sql.claim(conn, STAGE, message_id)
+        if claim is None:
+            return sql.why_not(conn, STAGE, message_id)
+        state = claim.state
         intent, title = state["intent"], (state["subject"] or "(sans objet)")[:300]
         if intent == "noise":
-            pipeline.transition(conn, message_id, "noise", "materialize_skipped_noise")
-            return None
+            sql.write(conn, claim, Status.NOISE, "materialize_skipped_noise")
+            return Status.NOISE
+        chantier = None
         if intent in ("run", "question"):
             extra = {"complexity": state["complexity"]} if intent == "run" else {}
             table = "runs" if intent == "run" else "questions"
             new_id = _upsert(conn, table, state, title, extra)
-            chantier = _chantier(conn, state)
+            chantier = _chantier(conn, state, ParsedMessage.from_claim(state, []))
             if chantier is not None:
                 conn.execute(f"UPDATE synedre.{table} SET chantier_id = %s WHERE id = %s", (chantier, new_id))
         else:
             new_id = _insert_once(conn, "negotiations" if intent == "negociation" else "advices", state, title)
-            chantier = None
-        pipeline.transition(conn, message_id, "classified", "materialized",
-                            {"kind": intent, "id": new_id, "chantier_id": chantier},
-                            **{LINKS[intent]: new_id, "chantier_id": chantier})
+        sql.write(conn, claim, Status.MATERIALIZED, "materialized",
+                  {"kind": intent, "id": new_id, "chantier_id": chantier},
+                  **{LINKS[intent]: new_id, "chantier_id": chantier})
     log.info("materialized", message=message_id, kind=intent, id=new_id)
-    return "spawn"
+    return Status.MATERIALIZED

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import redis
 
@@ -41,8 +41,15 @@ def _guarded(what: str) -> Iterator[None]:
         raise LaunchGuardUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
-def _ms(seconds: float) -> int:
-    return max(1, int(seconds * 1000))
+def _ms(seconds: float) -> str:
+    """Milliseconds as a script argument (Redis hands every ARGV to Lua as a string)."""
+    return str(max(1, int(seconds * 1000)))
+
+
+# redis-py types a command's reply as "Awaitable[Any] | Any" for its sync and asyncio
+# clients alike; these clients are sync, so the reply is the value itself.
+def _get(r: redis.Redis, key: str | bytes) -> bytes | None:
+    return cast("bytes | None", r.get(key))
 
 
 # --- per-message lock ---------------------------------------------------------------
@@ -85,7 +92,7 @@ class MessageLock:
         self.ttl_s = ttl_s
         with _guarded(f"lock {self.key}"):
             return bool(self.redis.eval(_LOCK_ACQUIRE, 1, self.key, self.token,
-                                        socket.gethostname(), os.getpid(), _ms(ttl_s)))
+                                        socket.gethostname(), str(os.getpid()), _ms(ttl_s)))
 
     def renew(self) -> bool:
         """Extend by ttl_s; False when the lock expired or someone else now holds it."""
@@ -101,7 +108,7 @@ class MessageLock:
         """Who holds the lock now (for the `spawn_skipped_lock_held` audit), token removed;
         None = free, {} = held by a value we cannot read (still held)."""
         with _guarded(f"read {self.key}"):
-            raw = self.redis.get(self.key)
+            raw = _get(self.redis, self.key)
         return None if raw is None else _public(raw) or {}
 
 
@@ -152,7 +159,7 @@ class LaunchSemaphore:
     def acquire(self) -> bool:
         with _guarded(f"semaphore {self.name}"):
             return bool(self.redis.eval(_SEM_ACQUIRE, 1, self.name, self.token,
-                                        self.limit, _ms(self.ttl_s)))
+                                        str(self.limit), _ms(self.ttl_s)))
 
     def renew(self) -> bool:
         with _guarded(f"renew semaphore {self.name}"):
@@ -165,7 +172,7 @@ class LaunchSemaphore:
     def in_use(self) -> int:
         """Live (unexpired) holders."""
         with _guarded(f"count semaphore {self.name}"):
-            return int(self.redis.eval(_SEM_COUNT, 1, self.name))
+            return int(cast(int, self.redis.eval(_SEM_COUNT, 1, self.name)))
 
 
 # --- heartbeat ----------------------------------------------------------------------
@@ -238,7 +245,7 @@ def spawn_disabled(r: redis.Redis, env_disabled: bool) -> str | None:
     if env_disabled:
         return "SYNEDRE_SPAWN_DISABLED is set"
     with _guarded("kill switch"):
-        raw = r.get(PAUSE_KEY)
+        raw = _get(r, PAUSE_KEY)
     if raw is None:
         return None
     try:
@@ -263,7 +270,7 @@ def resume(r: redis.Redis) -> bool:
 
 def status(r: redis.Redis) -> dict[str, Any]:
     with _guarded("status"):
-        raw = r.get(PAUSE_KEY)
+        raw = _get(r, PAUSE_KEY)
     flag = _public(raw) if raw is not None else None
     return {"paused": raw is not None, "pause": flag,
             "launches_in_flight": LaunchSemaphore(r).in_use(),
@@ -278,10 +285,10 @@ def stale_locks(r: redis.Redis, older_than_s: float = STALE_AFTER_S) -> list[dic
     A lock whose value cannot be read is reported too: nothing proves it is alive."""
     out = []
     with _guarded("watchdog"):
-        secs, micros = r.time()
+        secs, micros = cast("tuple[int, int]", r.time())
         now = secs + micros / 1e6
         for key in r.scan_iter(match=LOCK_PREFIX + "*", count=200):
-            raw, pttl = r.get(key), r.pttl(key)
+            raw, pttl = _get(r, key), cast(int, r.pttl(key))
             if raw is None:
                 continue  # released between SCAN and GET
             key = key.decode() if isinstance(key, bytes) else key
@@ -295,3 +302,21 @@ def stale_locks(r: redis.Redis, older_than_s: float = STALE_AFTER_S) -> list[dic
                         "held_s": now - acquired if isinstance(acquired, (int, float)) else None,
                         "ttl_s": pttl / 1000 if pttl >= 0 else None})
     return out
+
+
+# --- one queued spawn task per message ---------------------------------------------
+
+QUEUED_PREFIX = "synedre:spawn:queued:"
+QUEUED_TTL_S = 3600  # a marker whose task was lost cannot block the message for long
+
+
+def mark_queued(r: redis.Redis, message_id: int) -> bool:
+    """True when no spawn task is queued for the message yet (and now one may be)."""
+    with _guarded("spawn queue marker"):
+        return bool(r.set(f"{QUEUED_PREFIX}{message_id}", "1", nx=True, ex=QUEUED_TTL_S))
+
+
+def clear_queued(r: redis.Redis, message_id: int) -> None:
+    """The queued task has started: a later offer may queue another."""
+    with _guarded("spawn queue marker"):
+        r.delete(f"{QUEUED_PREFIX}{message_id}")

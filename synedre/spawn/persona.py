@@ -6,17 +6,28 @@ audit; it is never swallowed into an empty string (SPEC §14).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import psycopg
+
+from synedre.db.types import Conn
 
 BUDGETS = {"core": 150, "metier": 350, "full": 600}  # tokens
 CHARS_PER_TOKEN = 4  # a rough, stable estimate: French and English prose average ~4
 OWN_LESSONS, GLOBAL_LESSONS = 3, 2
 
 Level = Literal["core", "metier", "full"]
-Embed = Callable[[str], list[float] | None]
+
+
+@dataclass(frozen=True)
+class Vector:
+    values: list[float]
+    model: str  # "provider/model": only vectors of the same model are compared
+
+
+Embed = Callable[[str], Vector | None]
 
 
 @dataclass(frozen=True)
@@ -28,7 +39,7 @@ class Persona:
     lessons_error: str | None = None
 
 
-def load(conn: psycopg.Connection, codename: str, *, query: str, embed: Embed,
+def load(conn: Conn, codename: str, *, query: str, embed: Embed,
          chantier_id: int | None = None) -> Persona:
     agent = conn.execute("SELECT * FROM synedre.agents WHERE codename = %s AND active", (codename,)).fetchone()
     if agent is None:
@@ -38,26 +49,49 @@ def load(conn: psycopg.Connection, codename: str, *, query: str, embed: Embed,
         vector = embed(query)
         if vector is None:
             raise RuntimeError("no embedding provider answered")
-        # the agent's own scars first, then global ones: a backend agent must not
-        # see a frontend agent's lessons before its own
-        rows = conn.execute(
-            """(SELECT title, body, 0 AS rank, embedding <=> %(v)s::vector AS d FROM synedre.lessons
-                 WHERE owner_agent_id = %(a)s AND embedding IS NOT NULL ORDER BY d LIMIT %(own)s)
-               UNION ALL
-               (SELECT title, body, 1, embedding <=> %(v)s::vector AS d FROM synedre.lessons
-                 WHERE owner_agent_id IS NULL AND embedding IS NOT NULL ORDER BY d LIMIT %(glob)s)
-               ORDER BY rank, d""",
-            {"v": str(vector), "a": agent["id"], "own": OWN_LESSONS, "glob": GLOBAL_LESSONS}).fetchall()
-        lessons = [f"{r['title']}: {r['body']}" for r in rows]
-    except Exception as exc:  # reported to the caller, which audits it; the launch goes on
-        error = f"{type(exc).__name__}: {exc}"[:300]
+    except Exception as exc:  # the embedding call's failure: reported, audited by the caller
+        vector, error = None, f"{type(exc).__name__}: {exc}"[:300]
+    if vector is not None:
+        try:
+            # a savepoint: a failing query must not abort the caller's transaction, so the
+            # "audit it and go on" path still works
+            with conn.transaction():
+                lessons = _lessons(conn, agent["id"], vector)
+                if not lessons:
+                    error = _model_mismatch(conn, agent["id"], vector.model)
+        except psycopg.Error as exc:
+            error = f"{type(exc).__name__}: {exc}"[:300]
     mission = None
     if chantier_id is not None:
         row = conn.execute("SELECT mission_letter FROM synedre.chantiers WHERE id = %s", (chantier_id,)).fetchone()
-        mission = row and row["mission_letter"]
+        mission = row["mission_letter"] if row else None
     prefs = [f"{r['key']}: {r['value']}" for r in conn.execute(
         "SELECT key, value FROM synedre.founder_preferences WHERE slice = 'core' ORDER BY key")]
     return Persona(agent, lessons, mission, prefs, error)
+
+
+def _lessons(conn: psycopg.Connection, agent_id: int, v: Vector) -> list[str]:
+    # the agent's own scars first, then global ones: a backend agent must not see a
+    # frontend agent's lessons before its own; only vectors made by the same model
+    rows = conn.execute(
+        """(SELECT title, body, 0 AS rank, embedding <=> %(v)s::vector AS d FROM synedre.lessons
+             WHERE owner_agent_id = %(a)s AND embedding_model = %(m)s ORDER BY d LIMIT %(own)s)
+           UNION ALL
+           (SELECT title, body, 1, embedding <=> %(v)s::vector AS d FROM synedre.lessons
+             WHERE owner_agent_id IS NULL AND embedding_model = %(m)s ORDER BY d LIMIT %(glob)s)
+           ORDER BY rank, d""",
+        {"v": str(v.values), "m": v.model, "a": agent_id, "own": OWN_LESSONS, "glob": GLOBAL_LESSONS}).fetchall()
+    return [f"{r['title']}: {r['body']}" for r in rows]
+
+
+def _model_mismatch(conn: psycopg.Connection, agent_id: int, model: str) -> str | None:
+    """Lessons exist but none was embedded by `model`: say so rather than return nothing."""
+    others = [r["embedding_model"] for r in conn.execute(
+        """SELECT DISTINCT embedding_model FROM synedre.lessons WHERE embedding IS NOT NULL
+             AND (owner_agent_id = %s OR owner_agent_id IS NULL) ORDER BY 1""", (agent_id,))]
+    if others:
+        return f"embedding model mismatch: the query was embedded by {model}, lessons by {', '.join(others)}"
+    return None
 
 
 def _fit(lines: list[str], budget_tokens: int) -> str:

@@ -6,10 +6,10 @@ the proxy answers its health check; otherwise the native default, with the reaso
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
-import psycopg
+from synedre.db.types import Conn
 
 DEFAULT_MODEL = "sonnet"
 
@@ -25,8 +25,19 @@ class ModelRoute:
         return asdict(self)
 
 
-def resolve(conn: psycopg.Connection, client_id: int | None, chantier_id: int | None,
+@dataclass(frozen=True)
+class Planned:
+    route: ModelRoute
+    default_model: str
+
+
+def resolve(conn: Conn, client_id: int | None, chantier_id: int | None,
             healthy: Callable[[str], bool]) -> ModelRoute:
+    return check_proxy(plan(conn, client_id, chantier_id), healthy)
+
+
+def plan(conn: Conn, client_id: int | None, chantier_id: int | None) -> Planned:
+    """The route the data says, before any network check (runs inside a transaction)."""
     row = conn.execute("SELECT model FROM synedre.model_routes WHERE client_id IS NULL AND chantier_id IS NULL"
                        ).fetchone()
     default = ModelRoute(row["model"] if row else DEFAULT_MODEL, "default")
@@ -48,9 +59,14 @@ def resolve(conn: psycopg.Connection, client_id: int | None, chantier_id: int | 
                          (chantier_id,)).fetchone()
         if r and not (r["glm"] and glm_vetoed):
             route = ModelRoute(r["model"], "chantier", r["via_proxy"], route.fallback_reason)
-    if route.via_proxy and not healthy(route.via_proxy):
-        return ModelRoute(default.model, "default", fallback_reason=f"proxy_unhealthy:{route.via_proxy}")
-    return route
+    return Planned(route, default.model)
+
+
+def check_proxy(p: Planned, healthy: Callable[[str], bool]) -> ModelRoute:
+    """A proxied route only after its health check (network: never inside a transaction)."""
+    if p.route.via_proxy and not healthy(p.route.via_proxy):
+        return ModelRoute(p.default_model, "default", fallback_reason=f"proxy_unhealthy:{p.route.via_proxy}")
+    return p.route
 
 
 def http_healthy(url: str, timeout_s: float = 3.0) -> bool:

@@ -1,5 +1,6 @@
 """ClientResolution: envelope first, then a forwarded From:, never a consumer or founder domain."""
-from synedre.classify.resolution import Client, Directory, envelope_client, resolve
+from synedre.classify.resolution import envelope_client, resolve
+from synedre.db.directory import Client, Directory
 from synedre.classify.split import split_cover_quoted
 
 D = Directory(

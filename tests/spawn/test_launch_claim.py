@@ -19,7 +19,7 @@ def classified_message(url, tmp_path, intent="run") -> int:
     with psycopg.connect(url, autocommit=True) as conn:
         run = conn.execute("INSERT INTO synedre.runs (ref_type, ref_id, title, complexity)"
                            " VALUES ('atlas_inbox', %s, 't', 'leger') RETURNING id", (str(mid),)).fetchone()[0]
-        conn.execute("UPDATE synedre.email_states SET status = 'classified', intent = %s,"
+        conn.execute("UPDATE synedre.email_states SET status = 'materialized', intent = %s,"
                      " complexity = 'leger', run_id = %s WHERE message_id = %s", (intent, run, mid))
     return mid
 
@@ -54,7 +54,7 @@ def test_a_superseded_attempt_is_fenced_out(db, tmp_path):
     with connect(db) as conn, conn.transaction():
         first = launches.claim(conn, mid)
     with connect(db) as conn, conn.transaction():  # an operator's retry after the hour
-        conn.execute("UPDATE synedre.email_states SET status = 'classified' WHERE message_id = %s", (mid,))
+        conn.execute("UPDATE synedre.email_states SET status = 'materialized' WHERE message_id = %s", (mid,))
         conn.execute("UPDATE synedre.audit_log SET at = now() - interval '2 hours' WHERE message_id = %s", (mid,))
         second = launches.claim(conn, mid)
     assert second.attempt == first.attempt + 1

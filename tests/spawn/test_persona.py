@@ -9,8 +9,11 @@ from synedre.spawn import persona
 pytestmark = pytest.mark.timeout(60)
 
 
+MODEL = "local/hash-1024"
+
+
 def vec(text):
-    return hashed_vector(text, 1024)
+    return persona.Vector(hashed_vector(text, 1024), MODEL)
 
 
 @pytest.fixture
@@ -26,8 +29,8 @@ def conn(db):
             (frontend, "css", "ne jamais toucher aux composants publics partagés du checkout"),
             (None, "git", "jamais de git stash, toujours des commits atomiques"),
         ]:
-            c.execute("INSERT INTO synedre.lessons (owner_agent_id, title, body, embedding) VALUES (%s, %s, %s, %s)",
-                      (owner, title, body, str(vec(f"{title} {body}"))))
+            c.execute("INSERT INTO synedre.lessons (owner_agent_id, title, body, embedding, embedding_model)"
+                      " VALUES (%s, %s, %s, %s, %s)", (owner, title, body, str(vec(f"{title} {body}").values), MODEL))
         c.execute("INSERT INTO synedre.founder_preferences (key, value) VALUES ('ton', 'vouvoiement, concis')")
         yield c
 
@@ -60,3 +63,20 @@ def test_a_lessons_failure_is_reported_not_swallowed(conn):
 def test_unknown_agent_is_an_error(conn):
     with pytest.raises(LookupError):
         persona.load(conn, "nobody", query="x", embed=vec)
+
+
+def test_vectors_of_another_model_are_never_compared_and_the_mismatch_is_reported(conn):
+    p = persona.load(conn, "backend", query="migration du schéma SQL",
+                     embed=lambda text: persona.Vector(hashed_vector(text, 1024), "mistral/mistral-embed"))
+    assert p.lessons == []
+    assert "embedding model mismatch" in p.lessons_error and MODEL in p.lessons_error
+
+
+def test_a_failing_lessons_query_leaves_the_callers_transaction_usable(conn):
+    conn.autocommit = False
+    with conn.transaction():
+        # a vector of the wrong dimension makes PostgreSQL refuse the lessons query
+        p = persona.load(conn, "backend", query="x", embed=lambda _: persona.Vector([0.1, 0.2], MODEL))
+        assert p.lessons == [] and "DataException" in p.lessons_error or "dimensions" in p.lessons_error
+        # the surrounding transaction is still alive: the caller can audit and go on
+        assert conn.execute("SELECT 1 AS one").fetchone()["one"] == 1

@@ -1,0 +1,125 @@
+"""The pipeline as data: every status a message can be in, and every stage that moves it.
+
+Open this module first. Each stage claims a message at one of its entry statuses (moving
+it to the stage's in-progress status, with a new attempt number), works with no
+transaction open, then writes one of its exit statuses, conditional on that attempt.
+The next stage is the one whose entry statuses hold the exit. Tasks and their routes,
+the Celery queues, the sweep, `synedre status`, `synedre retry` and the fleet's worker
+groups are all derived from `STAGES` and `WORKER_GROUPS`: nobody retypes a status.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal, NamedTuple
+
+
+class Status(StrEnum):
+    """Stored values of `email_states.status` (the schema's CHECK lists the same)."""
+    RECEIVED = "received"
+    PARSE_FAILED = "parse_failed"
+    SCANNING = "scanning"
+    SCANNED = "scanned"
+    BLOCKED_UNSAFE_ATTACHMENT = "blocked_unsafe_attachment"
+    READING = "reading"  # OCR in progress
+    READ = "read"  # OCR done (or nothing to read)
+    CLASSIFYING = "classifying"
+    CLASSIFIED = "classified"
+    CLASSIFY_FAILED = "classify_failed"
+    MATERIALIZING = "materializing"
+    MATERIALIZED = "materialized"
+    NOISE = "noise"
+    SPAWNING = "spawning"
+    SPAWNED = "spawned"
+    SPAWN_FAILED = "spawn_failed"
+
+
+# Where a message's journey ends in this release. `spawned` is terminal until the deploy,
+# QA and recap stages land: no queue is fed that no worker serves.
+TERMINAL = frozenset({Status.PARSE_FAILED, Status.BLOCKED_UNSAFE_ATTACHMENT, Status.CLASSIFY_FAILED,
+                      Status.NOISE, Status.SPAWNED, Status.SPAWN_FAILED})
+FAILED = frozenset({Status.PARSE_FAILED, Status.BLOCKED_UNSAFE_ATTACHMENT, Status.CLASSIFY_FAILED,
+                    Status.SPAWN_FAILED})
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str  # also the task name (`synedre.<name>`) and, here, the queue
+    queue: str
+    group: str  # the worker group of `synedre fleet` that serves the queue
+    entry: tuple[Status, ...]  # statuses it claims from
+    running: Status | None  # while claimed
+    exits: tuple[Status, ...]  # statuses it may write
+    stuck_after_s: int  # in an entry or running status longer than this: the sweep acts
+    # what the sweep does with a claim older than stuck_after_s: offer it again, or (for a
+    # launch, which must never run twice) leave it to the launch's own recovery
+    on_stuck: Literal["requeue", "fail"] = "requeue"
+    # a failure exit that `synedre retry` may send back to this stage's first entry status
+    retryable_from: tuple[Status, ...] = ()
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("poll", "poll", "ingest", (), None, (Status.RECEIVED, Status.PARSE_FAILED), 0),
+    Stage("scan", "scan", "read", (Status.RECEIVED,), Status.SCANNING,
+          (Status.SCANNED, Status.BLOCKED_UNSAFE_ATTACHMENT), 120,
+          retryable_from=(Status.BLOCKED_UNSAFE_ATTACHMENT,)),
+    Stage("ocr", "ocr", "read", (Status.SCANNED,), Status.READING, (Status.READ,), 1200),
+    # The LLM is retried with backoff for up to ~10 min before classify_failed.
+    Stage("classify", "classify", "classify", (Status.READ,), Status.CLASSIFYING,
+          (Status.CLASSIFIED, Status.CLASSIFY_FAILED), 900, retryable_from=(Status.CLASSIFY_FAILED,)),
+    Stage("materialize", "materialize", "classify", (Status.CLASSIFIED,), Status.MATERIALIZING,
+          (Status.MATERIALIZED, Status.NOISE), 120),
+    # A materialized message may wait for a launch slot or a paused switch for long.
+    Stage("spawn", "spawn", "spawn", (Status.MATERIALIZED,), Status.SPAWNING,
+          (Status.SPAWNED, Status.SPAWN_FAILED), 600, on_stuck="fail",
+          retryable_from=(Status.SPAWN_FAILED,)),
+)
+BY_NAME = {s.name: s for s in STAGES}
+# Housekeeping tasks that are not stages; they run on the ingest workers' queue.
+HOUSEKEEPING = {"sweep": "poll", "spawn_select": "poll", "lock_watchdog": "poll"}
+
+
+class WorkerGroup(NamedTuple):
+    concurrency: int
+    pool: str = "prefork"
+    processes: int = 1
+
+
+# Classification mostly waits on the LLM, so it runs on threads to overlap those waits,
+# in two processes to use two cores. Launches: at most 3 at once per worker (and fleet-wide).
+WORKER_GROUPS = {
+    "ingest": WorkerGroup(2),
+    "read": WorkerGroup(2),
+    "classify": WorkerGroup(12, "threads", processes=2),
+    "spawn": WorkerGroup(3),
+}
+
+
+def queues() -> list[str]:
+    return list(dict.fromkeys(s.queue for s in STAGES))
+
+
+def group_queues(group: str) -> list[str]:
+    return list(dict.fromkeys(s.queue for s in STAGES if s.group == group))
+
+
+def consumer_of(status: Status | str) -> Stage | None:
+    """The stage that takes a message on from `status`, if any."""
+    return next((s for s in STAGES if status in s.entry), None)
+
+
+def running_stage(status: Status | str) -> Stage | None:
+    return next((s for s in STAGES if s.running == status), None)
+
+
+def stage_of(status: Status | str) -> Stage | None:
+    """The stage a message at `status` waits for or is in."""
+    return consumer_of(status) or running_stage(status)
+
+
+def position(status: Status | str) -> int:
+    """Index of the stage that produced `status` (for "already past" messages)."""
+    for i, s in enumerate(STAGES):
+        if status in s.exits or status == s.running:
+            return i
+    return -1
