@@ -1,18 +1,27 @@
 # make fleet  - set up and run the whole fleet (needs SYNEDRE_MAILBOXES_FILE, see README)
 # make test   - set up and run the test suite against real services
+# make unit   - only the unit tests: no services, seconds
+# make lint   - ruff and mypy
+# make lock   - re-resolve requirements.lock from pyproject.toml (after changing a dependency)
 PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
+LOCKVENV := build/lockvenv
+# The lock is resolved for the machines the fleet and CI run on.
+LOCK_TARGET := --python-version 3.11 --python-platform x86_64-unknown-linux-gnu
 
-.PHONY: system venv fleet test bench clean
+.PHONY: system venv fleet test unit lint lock bench clean
 
 system:
 	scripts/system-deps
 
-$(STAMP): pyproject.toml
+# Every install comes from the lock, so a developer, CI and production get the same versions;
+# the package itself goes in without dependencies, which the lock already provided.
+$(STAMP): requirements.lock pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test]'
+	$(VENV)/bin/pip install -q -r requirements.lock
+	$(VENV)/bin/pip install -q --no-deps -e .
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -23,8 +32,20 @@ fleet: system venv
 test: system venv
 	$(VENV)/bin/pytest -q
 
+unit: venv
+	$(VENV)/bin/pytest -q -m unit
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy synedre
+
+lock:
+	test -x $(LOCKVENV)/bin/uv || ($(PY) -m venv $(LOCKVENV) && $(LOCKVENV)/bin/pip install -q uv)
+	$(LOCKVENV)/bin/uv pip compile -q pyproject.toml --extra test --extra dev $(LOCK_TARGET) \
+		--custom-compile-command 'make lock' -o requirements.lock
+
 bench: system venv
 	cd bench && ../$(VENV)/bin/python ingest_latency.py && ../$(VENV)/bin/python ingest_backlog.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(LOCKVENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache

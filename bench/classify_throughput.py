@@ -13,7 +13,6 @@ import threading
 import time
 
 import psycopg
-
 from _stack import corpus_messages, services, stack
 
 from synedre.celeryconfig import GROUPS  # noqa: E402  the fleet's own worker layout
@@ -67,7 +66,6 @@ def noop_rate(env, logs, redis, n: int) -> float:
 
 def pipeline_rate(s, latency_s: float, n: int) -> tuple[float, int]:
     from synedre.config import Settings
-    from synedre.db import messages
     from synedre.ingest.poll import ingest_one
     from tests.services.llm_server import start_llm_server
 

@@ -12,7 +12,6 @@ import time
 
 import psutil
 import psycopg
-
 from _stack import corpus_messages, services, stack
 
 

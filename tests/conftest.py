@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -15,9 +14,36 @@ os.environ["SYNEDRE_BROKER_URL"] = stack.TEST_REDIS_URL
 os.environ.setdefault("SYNEDRE_LOG_LEVEL", "INFO")
 
 
+# Fixtures that start a real service, or a real program against one. `item.fixturenames`
+# is the transitive closure of a test's fixtures, so one built on these (a module's
+# `inbox` over `db`, `address` over clamd) makes its tests integration as well.
+SERVICE_FIXTURES = frozenset({
+    "pg_url", "db", "redis_db", "dovecot", "services", "clamd", "case_llm", "pipeline",
+    "fresh_url",    # tests/db/test_migrations.py: a PostgreSQL of its own
+    "api_factory",  # tests/spawn/test_runner.py: the real `claude` CLI against a scripted API
+})
+# Modules whose every test runs a real program without one of those fixtures, kept in
+# this list because their files belong to other work in progress.
+INTEGRATION_MODULES = frozenset({
+    "tests/spawn/test_claude_cli_offline.py",  # the pinned `claude` CLI under a pty
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test is `unit` or `integration`, so `pytest -m unit` needs no services."""
+    for item in items:
+        if item.get_closest_marker("integration") or item.get_closest_marker("unit"):
+            continue  # the test file said so itself
+        module = item.nodeid.split("::", 1)[0]
+        if module in INTEGRATION_MODULES or SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+        else:
+            item.add_marker(pytest.mark.unit)
+
+
 def _reset_settings() -> None:
-    from synedre.config import get_settings
     from synedre import kv
+    from synedre.config import get_settings
 
     get_settings.cache_clear()
     kv.client.cache_clear()

@@ -7,9 +7,10 @@ so it is per thread (and per asyncio task): never stale, never another call's.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from synedre.ai.providers import PROVIDERS, Provider
 from synedre.config import Settings, get_settings

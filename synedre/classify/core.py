@@ -1,12 +1,12 @@
 """Classify one email: short-circuits, one LLM call (one retry), then the guard rails."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from synedre.ai import Completion
-from synedre.classify import prompt as prompts
-from synedre.classify import rules as guard
+from synedre.classify import prompt as prompts, rules as guard
 from synedre.classify.schema import Classification, ClassificationInvalid, parse_output
 
 MAX_ATTEMPTS = 2  # one retry on an invalid answer, then classify_failed
@@ -31,12 +31,12 @@ Unavailable = Callable[[], str | None]
 
 def classify(facts: guard.Facts, p: prompts.PromptInput, ask: Ask,
              why_unavailable: Unavailable = lambda: None) -> Outcome:
-    for rule in guard.PRE_LLM:
-        if rule.check(facts):
+    for pre in guard.PRE_LLM:
+        if pre.check(facts):
             c = Classification(intent="noise", complexity="leger", confidence=1.0,
-                               rationale=rule.description)
-            return Outcome("classified", c, f"rule:{rule.name}",
-                           [(rule.name, {}), ("classified", _detail(c, f"rule:{rule.name}"))])
+                               rationale=pre.description)
+            return Outcome("classified", c, f"rule:{pre.name}",
+                           [(pre.name, {}), ("classified", _detail(c, f"rule:{pre.name}"))])
 
     messages, _token = prompts.build(p)
     out = Outcome("classify_failed", None, None)

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import getaddresses
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 
 import dkim
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from synedre.config import Settings, get_settings
 from synedre.ingest.poll import imap

@@ -101,22 +101,25 @@ def _attachments(msg: Message) -> list[Attachment]:
         if part.is_multipart() and ctype != "message/rfc822":
             payload = part.get_payload()
             if isinstance(payload, list):
-                stack.extend(reversed(payload))
+                stack.extend(p for p in reversed(payload) if isinstance(p, Message))
             continue
         filename = part.get_filename(None)
         disposition = (part.get_content_disposition() or "").lower()
         if ctype == "message/rfc822":
             inner = part.get_payload()
-            data = inner[0].as_bytes() if isinstance(inner, list) and inner else part.as_bytes()
+            forwarded = inner[0] if isinstance(inner, list) and inner else None
+            data = forwarded.as_bytes() if isinstance(forwarded, Message) else part.as_bytes()
             found.append(Attachment(len(found), clean(filename) or "forwarded.eml", ctype, data))
             continue
         is_body = part.get_content_maintype() == "text" and disposition != "attachment" and not filename
         if is_body or part is msg and part.get_content_maintype() == "text":
             continue
-        data = part.get_payload(decode=True)
-        if data is None:
-            data = (part.get_payload() or "").encode("utf-8", "surrogateescape") \
-                if isinstance(part.get_payload(), str) else b""
+        decoded = part.get_payload(decode=True)
+        if isinstance(decoded, bytes):
+            data = decoded
+        else:
+            payload = part.get_payload()
+            data = payload.encode("utf-8", "surrogateescape") if isinstance(payload, str) else b""
         found.append(Attachment(len(found), clean(filename), ctype, data))
     return found
 
@@ -161,11 +164,15 @@ def body_text(raw: bytes) -> str:
         text = part.get_content() if part is not None else ""
         html_part = part is not None and part.get_content_subtype() == "html"
     except Exception:  # an undecodable charset or broken MIME: the first leaf, decoded leniently
-        part = message_from_bytes(raw, policy=policy.compat32)
-        while part.is_multipart() and isinstance(part.get_payload(), list) and part.get_payload():
-            part = part.get_payload()[0]
-        text = (part.get_payload(decode=True) or b"").decode("utf-8", "replace")
-        html_part = part.get_content_subtype() == "html"
+        leaf = message_from_bytes(raw, policy=policy.compat32)
+        while leaf.is_multipart():
+            children = leaf.get_payload()
+            if not (isinstance(children, list) and children and isinstance(children[0], Message)):
+                break
+            leaf = children[0]
+        data = leaf.get_payload(decode=True)
+        text = data.decode("utf-8", "replace") if isinstance(data, bytes) else ""
+        html_part = leaf.get_content_subtype() == "html"
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     if html_part:

@@ -5,13 +5,14 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any
 
 import psycopg
-from imapclient import IMAPClient, SEEN
+from imapclient import SEEN, IMAPClient
 
 from synedre import db
 from synedre.config import Settings, get_settings
@@ -67,7 +68,7 @@ def _write_attachments(parsed: mime.ParsedMessage, settings: Settings, label: st
 
 def build(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: Settings) -> sql.NewMessage:
     """The rows for one delivery. Never raises on bad input: it becomes `parse_failed`."""
-    base = dict(mailbox=mailbox, uidvalidity=uidvalidity, uid=uid, raw=raw)
+    base: dict[str, Any] = dict(mailbox=mailbox, uidvalidity=uidvalidity, uid=uid, raw=raw)
     origin = {"uid": uid, "uidvalidity": uidvalidity, "size": len(raw)}
     error = None
     if len(raw) > settings.max_message_bytes:

@@ -21,8 +21,9 @@ import copy
 import json
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 TRUNCATE_OVER_LINES = 20
 HEAD_LINES = 5
@@ -366,10 +367,10 @@ def _compact_event(ev: Any, names: dict[str, str]) -> Any | None:
 
 def compact(events: Iterable[dict]) -> list[dict]:
     """The compacted transcript; the last turn is returned unchanged (a deep copy)."""
-    events = copy.deepcopy(list(events))
-    tail = _tail_start(events)
-    index = _Index(events, tail)
-    ranges = _milestones(events, tail, index)
+    evs = copy.deepcopy(list(events))
+    tail = _tail_start(evs)
+    index = _Index(evs, tail)
+    ranges = _milestones(evs, tail, index)
     out: list = []
     i = 0
     while i < tail:
@@ -378,11 +379,11 @@ def compact(events: Iterable[dict]) -> list[dict]:
             out.append(milestone)
             i = end + 1
             continue
-        ev = _compact_event(events[i], index.names)
+        ev = _compact_event(evs[i], index.names)
         if ev is not None:
             out.append(ev)
         i += 1
-    return out + events[tail:]
+    return out + evs[tail:]
 
 
 # --- text view ---------------------------------------------------------------------------
@@ -418,7 +419,8 @@ def _render_assistant_block(b: dict) -> list[str]:
     if b.get("type") in THINKING:
         return [f"(thinking) {b.get('thinking', '')}"]
     if b.get("type") == "tool_use":
-        inp = b.get("input") if isinstance(b.get("input"), dict) else {}
+        inp = b.get("input")
+        inp = inp if isinstance(inp, dict) else {}
         what = inp.get("command") or inp.get("file_path") or inp.get("pattern") \
             or json.dumps(inp, ensure_ascii=False, default=str)[:200]
         return [f"→ {b.get('name')}: {what}"]

@@ -121,25 +121,32 @@ def read_contract(path_or_text: Path | str, kind: Literal["lean", "rich"]) -> Co
 _WS = re.compile(r"\s*")
 
 
+def _skip_ws(text: str, i: int = 0) -> int:
+    """The index of the first non-blank character from `i` on."""
+    m = _WS.match(text, i)
+    assert m is not None  # `\s*` matches everywhere, if only the empty string
+    return m.end()
+
+
 def _salvage(text: str) -> dict:
     """The complete top-level members of a JSON object cut short, in order; {} if none."""
     decoder = json.JSONDecoder()
     out: dict = {}
-    i = _WS.match(text).end()
+    i = _skip_ws(text)
     if text[i:i + 1] != "{":
         return out
     i += 1
     while True:
         try:
-            key, i = decoder.raw_decode(text, _WS.match(text, i).end())
-            i = _WS.match(text, i).end()
+            key, i = decoder.raw_decode(text, _skip_ws(text, i))
+            i = _skip_ws(text, i)
             if not isinstance(key, str) or text[i:i + 1] != ":":
                 return out
-            value, i = decoder.raw_decode(text, _WS.match(text, i + 1).end())
+            value, i = decoder.raw_decode(text, _skip_ws(text, i + 1))
         except (ValueError, RecursionError):
             return out
         out[key] = value
-        i = _WS.match(text, i).end()
+        i = _skip_ws(text, i)
         if text[i:i + 1] != ",":
             return out
         i += 1

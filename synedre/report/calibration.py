@@ -9,9 +9,10 @@ prints them from there.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
 import psycopg
 from psycopg.rows import tuple_row
@@ -149,7 +150,7 @@ def _float(value: Decimal | None) -> float | None:
     return None if value is None else float(value)
 
 
-def collect(conn: psycopg.Connection, days: int = 30,
+def collect(conn: psycopg.Connection[Any], days: int = 30,
             now: datetime | None = None) -> CalibrationData:
     """Aggregate the messages received in the `days` days up to `now` (default: now, UTC).
 
@@ -157,17 +158,19 @@ def collect(conn: psycopg.Connection, days: int = 30,
     """
     if days < 1:
         raise ValueError(f"days must be at least 1, got {days}")
-    until = now or datetime.now(timezone.utc)
+    until = now or datetime.now(UTC)
     if until.tzinfo is None:
-        until = until.replace(tzinfo=timezone.utc)
+        until = until.replace(tzinfo=UTC)
     since = until - timedelta(days=days)
     window = {"since": since, "until": until}
 
     with conn.cursor(row_factory=tuple_row) as cur:
         rows = {r[0]: r for r in cur.execute(_PER_INTENT, window).fetchall()}
-        gate_items, gate_successes = cur.execute(_GATE, window).fetchone()
-        failed = dict(cur.execute(_FAILURES, {**window, "events": list(FAILURE_EVENTS)})
-                      .fetchall())
+        gate_row = cur.execute(_GATE, window).fetchone()
+        assert gate_row is not None  # an aggregate without GROUP BY returns exactly one row
+        gate_items, gate_successes = gate_row
+        failed: dict[str, int] = dict(cur.execute(_FAILURES, {**window, "events": list(FAILURE_EVENTS)})
+                                      .fetchall())
 
     intents = []
     for intent in INTENTS:
@@ -210,8 +213,8 @@ def _gate_line(gate: Gate) -> str:
 def render(data: CalibrationData) -> str:
     """The report as markdown, deterministic for given data."""
     fmt = "%Y-%m-%d %H:%M UTC"
-    since = data.since.astimezone(timezone.utc).strftime(fmt)
-    until = data.until.astimezone(timezone.utc).strftime(fmt)
+    since = data.since.astimezone(UTC).strftime(fmt)
+    until = data.until.astimezone(UTC).strftime(fmt)
     lines = [
         f"# Classification calibration — last {data.days} days ({since} → {until})",
         "",

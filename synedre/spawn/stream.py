@@ -181,8 +181,9 @@ def _block(b: Any, raw: dict[str, Any]) -> Block:
         case "thinking":
             return ThinkingBlock(_req(b, "thinking", str, raw), b.get("signature") or "")
         case "tool_use":
+            tool_input = b.get("input")
             return ToolUseBlock(_req(b, "id", str, raw), _req(b, "name", str, raw),
-                                b.get("input") if isinstance(b.get("input"), dict) else {})
+                                tool_input if isinstance(tool_input, dict) else {})
         case "tool_result":
             return ToolResultBlock(_req(b, "tool_use_id", str, raw), b.get("content"),
                                    b.get("is_error") is True)
@@ -203,7 +204,8 @@ def parse_event(data: Any) -> Event:
         raise StreamParseError(f"expected a JSON object, got {type(data).__name__}", data)
     match data.get("type"):
         case "system" if data.get("subtype") == "init":
-            tools = data.get("tools") if isinstance(data.get("tools"), list) else []
+            tools = data.get("tools")
+            tools = tools if isinstance(tools, list) else []
             return SystemInit(_req(data, "session_id", str, data), _opt(data, "model", str),
                               [t for t in tools if isinstance(t, str)], _opt(data, "cwd", str), data)
         case "system":

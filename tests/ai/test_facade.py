@@ -10,8 +10,7 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from synedre.ai import AIError, Route, complete, embed, last_failure
-from synedre.ai import facade
+from synedre.ai import AIError, Route, complete, embed, facade, last_failure
 from synedre.ai.facade import FeatureRouting, load_routing
 from synedre.config import get_settings
 from tests.services.llm_server import HTTPError, start_llm_server
@@ -128,7 +127,10 @@ def test_local_embeddings_work_offline_and_put_similar_texts_near():
 
     assert result is not None and (result.provider, result.model) == ("local", "hash-1024")
     a, b, c = result.vectors
-    dot = lambda x, y: sum(p * q for p, q in zip(x, y))
+
+    def dot(x, y):
+        return sum(p * q for p, q in zip(x, y, strict=True))
+
     assert all(len(v) == 1024 and abs(dot(v, v) - 1) < 1e-9 for v in result.vectors)
     assert dot(a, b) > 0.6 > 0.2 > dot(a, c)
     again = embed("lessons_embedding", texts, routing=routing(LOCAL))

@@ -4,11 +4,11 @@ import re
 
 from hypothesis import given, settings, strategies as st
 
+from synedre.ai import Completion
 from synedre.classify import prompt
-from synedre.classify.core import classify, LLMUnavailable
+from synedre.classify.core import LLMUnavailable, classify
 from synedre.classify.rules import Facts
 from synedre.classify.schema import Classification, ClassificationInvalid, parse_output
-from synedre.ai import Completion
 
 SECTIONS = ["SENDER", "SUBJECT", "COVER", "QUOTED", "IMAGE_TEXT", "ATTACHMENT_NAMES"]
 

@@ -1,14 +1,12 @@
 """COVER/QUOTED split and the forwarded sender, on what real mail clients write (FR/EN)."""
 import email
 import email.policy
-from pathlib import Path
 
 import pytest
-
-from tests.services.stack import CORPUS
 from hypothesis import assume, given, settings, strategies as st
 
 from synedre.classify.split import MARKERS, Split, forwarded_sender, split_cover_quoted
+from tests.services.stack import CORPUS
 
 CASES = CORPUS / "cases"
 FORWARD_KINDS = {kind for kind, is_forward, _ in MARKERS if is_forward}

@@ -7,11 +7,11 @@ import json
 import signal
 import subprocess
 import sys
-import test.test_email
 from pathlib import Path
 
 import psycopg
 import pytest
+import test.test_email
 from imapclient import SEEN
 
 from tests.conftest import CORPUS

@@ -1,9 +1,6 @@
 """MIME parsing: never crashes on hostile input, deterministic ids, safe file names."""
-import email.generator
-import io
 from email.message import EmailMessage
 
-import psycopg
 from hypothesis import given, settings, strategies as st
 
 from synedre.ingest import mime

@@ -14,6 +14,8 @@ from PIL import Image, ImageDraw, ImageFont
 from synedre.ocr.tesseract import OcrError, ocr_image
 
 pytestmark = pytest.mark.timeout(60)
+# Runs the tesseract binary (apt: tesseract-ocr); the input guards below need no binary.
+tesseract = pytest.mark.integration
 
 DEJAVU = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")  # apt: fonts-dejavu-core
 
@@ -49,6 +51,7 @@ def _png_header_only(width: int, height: int) -> bytes:
 SCREENSHOT_LINES = ["Facture impayée numéro 4217", "Please deploy the staging server"]
 
 
+@tesseract
 @pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
 def test_rendered_text_is_read_back(fmt: str) -> None:
     text = ocr_image(_encode(_render(SCREENSHOT_LINES), fmt))
@@ -58,16 +61,19 @@ def test_rendered_text_is_read_back(fmt: str) -> None:
     assert text == text.strip()
 
 
+@tesseract
 def test_dark_text_on_transparent_background_is_read() -> None:
     img = _render(["Transparent screenshot"], mode="RGBA", background=(0, 0, 0, 0), ink=(0, 0, 0, 255))
     assert "transparent" in ocr_image(_encode(img)).lower()
 
 
+@tesseract
 def test_palette_image_is_read() -> None:
     img = _render(["Palette image"]).convert("P")
     assert "palette" in ocr_image(_encode(img, "GIF")).lower()
 
 
+@tesseract
 def test_blank_image_gives_empty_text() -> None:
     assert ocr_image(_encode(Image.new("L", (400, 200), "white"))) == ""
 
@@ -105,6 +111,7 @@ def test_max_pixels_is_configurable() -> None:
         ocr_image(_encode(_render(["small"])), max_pixels=10_000)
 
 
+@tesseract
 def test_tesseract_timeout_raises_ocr_error() -> None:
     # Loading the fra+eng models alone takes far longer than 1 ms.
     with pytest.raises(OcrError, match="timed out"):
@@ -116,6 +123,7 @@ def test_non_positive_timeout_is_refused_not_unlimited() -> None:
         ocr_image(_encode(_render(["x"])), timeout=0)
 
 
+@tesseract
 def test_ocr_text_is_never_logged(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     text = ocr_image(_encode(_render(["Confidential password hunter2"])))

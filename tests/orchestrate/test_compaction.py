@@ -3,12 +3,19 @@ import json
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from synedre.orchestrate.compaction import (
-    HEAD_LINES, MILESTONE_MAX_CALLS, OK_SENTINEL, TAIL_LINES, TRUNCATE_OVER_LINES,
-    approx_tokens, clean_terminal, compact, render, truncate_lines,
+    HEAD_LINES,
+    MILESTONE_MAX_CALLS,
+    OK_SENTINEL,
+    TAIL_LINES,
+    TRUNCATE_OVER_LINES,
+    approx_tokens,
+    clean_terminal,
+    compact,
+    render,
+    truncate_lines,
 )
 from tests.orchestrate.transcripts import coding_session
 
@@ -266,7 +273,8 @@ message = st.fixed_dictionaries({"content": st.lists(blocks, max_size=3) | noisy
                                           "role": st.just("assistant"), "usage": json_any}) | json_any
 events = st.lists(st.one_of(
     st.fixed_dictionaries({"type": st.sampled_from(["assistant", "user"]), "message": message},
-                          optional={"uuid": st.text(max_size=4), "parent_tool_use_id": st.none() | st.text(max_size=3)}),
+                          optional={"uuid": st.text(max_size=4),
+                                    "parent_tool_use_id": st.none() | st.text(max_size=3)}),
     st.fixed_dictionaries({"type": st.just("stream_event"), "event": json_any}),
     st.fixed_dictionaries({"type": st.just("milestone"), "turns": st.integers(-2, 20) | json_any,
                            "tool_use_ids": st.lists(ids, max_size=3) | json_any}),

@@ -2,11 +2,15 @@
 import json
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from synedre.orchestrate.contract import (
-    LeanContract, RichContract, apply_downgrade, code_path_decision, is_no_code, read_contract,
+    LeanContract,
+    RichContract,
+    apply_downgrade,
+    code_path_decision,
+    is_no_code,
+    read_contract,
 )
 
 pytestmark = pytest.mark.timeout(60)

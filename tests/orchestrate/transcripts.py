@@ -272,9 +272,11 @@ class _Session:
         return "\n".join(raw) + "\n", final
 
     def playwright_download(self) -> str:
-        head = "Downloading Chromium 131.0.6778.33 (playwright build v1148) from https://cdn.playwright.dev/dbazure/download/playwright/builds/chromium/1148/chromium-linux.zip"
+        head = ("Downloading Chromium 131.0.6778.33 (playwright build v1148) from "
+                "https://cdn.playwright.dev/dbazure/download/playwright/builds/chromium/1148/chromium-linux.zip")
         bar = "".join(f"\r|{'■' * (p * 8 // 10):<80}| {p:>3}% of 167.7 MiB" for p in range(0, 101, 2))
-        return f"{head}\r\n{bar}\r\nChromium 131.0.6778.33 (playwright build v1148) downloaded to /root/.cache/ms-playwright/chromium-1148\r\n"
+        done = "Chromium 131.0.6778.33 (playwright build v1148) downloaded to /root/.cache/ms-playwright/chromium-1148"
+        return f"{head}\r\n{bar}\r\n{done}\r\n"
 
 
 def coding_session(seed: int = 4821) -> Transcript:

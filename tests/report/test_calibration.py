@@ -2,17 +2,25 @@
 from __future__ import annotations
 
 import statistics
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
 from synedre.report import calibration
-from synedre.report.calibration import (GATE_MIN_ITEMS, GATE_MIN_SUCCESS, CalibrationData,
-                                        Failures, Gate, IntentStats, collect, render)
+from synedre.report.calibration import (
+    GATE_MIN_ITEMS,
+    GATE_MIN_SUCCESS,
+    CalibrationData,
+    Failures,
+    Gate,
+    IntentStats,
+    collect,
+    render,
+)
 
-NOW = datetime(2025, 6, 30, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2025, 6, 30, 12, 0, tzinfo=UTC)
 RECENT = timedelta(days=2)
 
 WORK_TABLE = {"run": "runs", "question": "questions", "negociation": "negotiations",

@@ -12,8 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from synedre.scan.clamd import Verdict, parse_reply, ping, scan_bytes
 from tests.services.clamd import (
@@ -195,7 +194,7 @@ def silent_address(request, tmp_path: Path) -> Iterator[str]:
     else:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind(("127.0.0.1", 0))
-        addr = "127.0.0.1:%d" % listener.getsockname()[1]
+        addr = f"127.0.0.1:{listener.getsockname()[1]}"
     listener.listen(8)
     server = _SilentServer(listener)
     yield addr

@@ -32,9 +32,10 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from synedre.ai.providers.local import hashed_vector
@@ -182,7 +183,7 @@ class _Handler(BaseHTTPRequestHandler):
     # Headers and body leave in separate writes: without this, Nagle + delayed ACK add
     # 40 ms to every answer, which a throughput benchmark would measure instead of us.
     disable_nagle_algorithm = True
-    server: "_Server"
+    server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # the recorded requests are the log

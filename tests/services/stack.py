@@ -8,8 +8,8 @@ import sys
 import time
 import uuid
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from tests.services.dovecot import Dovecot
 

@@ -58,7 +58,8 @@ def make_launchable(url, tmp_path, n=1, intent="run", complexity="leger") -> lis
             uid = int(time.time() * 1000) % 10**9 + i
             mid = ingest_one(one, "atlas", 1, uid, Settings(state_dir=tmp_path), lambda _: None)
             run = conn.execute("INSERT INTO synedre.runs (ref_type, ref_id, title, complexity)"
-                               " VALUES ('atlas_inbox', %s, 't', %s) RETURNING id", (str(mid), complexity)).fetchone()[0]
+                               " VALUES ('atlas_inbox', %s, 't', %s) RETURNING id",
+                               (str(mid), complexity)).fetchone()[0]
             conn.execute("UPDATE synedre.email_states SET status = 'classified', intent = %s, complexity = %s,"
                          " confidence = 0.9, rationale = 'r', run_id = %s WHERE message_id = %s",
                          (intent, complexity, run, mid))
@@ -111,9 +112,11 @@ def test_run_leger_and_run_plan_launch_once_commit_merge_and_record_everything(s
     for mid in (leger, plan):
         _, _, _, _, session, turns, cost, contract, stop, launch_id = rows[mid]
         assert session and turns >= 4 and cost is not None and contract["ok"] is True and stop == "success"
-        seqs = [s for s, in q(url, "SELECT seq FROM synedre.launch_events WHERE launch_id = %s ORDER BY seq", launch_id)]
+        seqs = [s for s, in q(url, "SELECT seq FROM synedre.launch_events WHERE launch_id = %s ORDER BY seq",
+                              launch_id)]
         assert seqs == list(range(len(seqs))) and len(seqs) > 5
-        types = [t for t, in q(url, "SELECT event_type FROM synedre.launch_events WHERE launch_id = %s ORDER BY seq", launch_id)]
+        types = [t for t, in q(url, "SELECT event_type FROM synedre.launch_events WHERE launch_id = %s ORDER BY seq",
+                               launch_id)]
         assert types[-1] == "result" and "assistant" in types
         assert q(url, "SELECT status FROM synedre.email_states WHERE message_id = %s", mid) == [("spawned",)]
         audits = [e for e, in q(url, "SELECT event FROM synedre.audit_log WHERE message_id = %s ORDER BY id", mid)]
@@ -122,8 +125,8 @@ def test_run_leger_and_run_plan_launch_once_commit_merge_and_record_everything(s
     out = subprocess.run([sys.executable, "-m", "synedre.cli", "tail", str(leger), "--no-follow"], env=env,
                          capture_output=True, text=True, timeout=60, cwd=stack.ROOT, check=True).stdout
     assert "assistant Bash" in out and "result/success" in out
-    out = subprocess.run([sys.executable, "-m", "synedre.cli", "launches"], env={**env, "COLUMNS": "250"}, capture_output=True,
-                         text=True, timeout=60, cwd=stack.ROOT, check=True).stdout
+    out = subprocess.run([sys.executable, "-m", "synedre.cli", "launches"], env={**env, "COLUMNS": "250"},
+                         capture_output=True, text=True, timeout=60, cwd=stack.ROOT, check=True).stdout
     assert out.count("succeeded") == 2
     # the agent's commits were merged back into the pre-production branch
     assert git(repo, "log", "preprod", "--format=%s").count("agent commit") == 2, \
@@ -214,6 +217,7 @@ def agents_running(marker: str) -> int:
 
 def test_ten_messages_on_two_workers_never_run_more_than_three_agents(services, launch_env, tmp_path):
     import threading
+
     from tests.services.claude_api import Sleep
     url = services["db"]
     ids = make_launchable(url, tmp_path, n=10)
@@ -286,6 +290,7 @@ def test_idle_and_hard_timeouts_stop_the_agent_with_124_or_125_and_salvage(servi
 def test_sigkill_of_the_worker_leaves_no_agent_and_the_message_is_never_launched_twice(
         services, launch_env, tmp_path):
     import signal
+
     from synedre.spawn.locks import MessageLock
     from synedre.sweep import fail_lost_launches
     from tests.services.claude_api import Sleep
@@ -314,7 +319,8 @@ def test_sigkill_of_the_worker_leaves_no_agent_and_the_message_is_never_launched
     finally:
         worker.stop()
         api.stop()
-    assert q(url, "SELECT count(*), min(status), min(stop_reason) FROM synedre.launches") == [(1, "failed", "worker_lost")]
+    assert q(url, "SELECT count(*), min(status), min(stop_reason) FROM synedre.launches") == [
+        (1, "failed", "worker_lost")]
     assert q(url, "SELECT status FROM synedre.email_states WHERE message_id = %s", mid) == [("spawn_failed",)]
     sessions = {r.headers.get("x-claude-code-session-id") for r in api.main_requests()}
     assert len(sessions) == 1

@@ -16,14 +16,24 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from synedre.spawn.locks import (LOCK_PREFIX, PAUSE_KEY, Heartbeat, LaunchGuardUnavailable,
-                                 LaunchSemaphore, MessageLock, pause, resume, spawn_disabled,
-                                 stale_locks, status)
+from synedre.spawn.locks import (
+    LOCK_PREFIX,
+    PAUSE_KEY,
+    Heartbeat,
+    LaunchGuardUnavailable,
+    LaunchSemaphore,
+    MessageLock,
+    pause,
+    resume,
+    spawn_disabled,
+    stale_locks,
+    status,
+)
 
 # Not the suite's shared test database (13): another suite uses it concurrently.
 REDIS_URL = os.environ.get("SYNEDRE_LOCKS_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.integration]
 
 
 @pytest.fixture

@@ -1,14 +1,14 @@
 """Mistral through the official `mistralai` SDK (chat and embeddings)."""
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from synedre.ai.providers.base import Messages, Provider, client_cache
 from synedre.config import Settings
 
 
-@lru_cache(maxsize=None)  # patch once per process
+@cache  # patch once per process
 def _reuse_sdk_model_classes() -> None:
     """The SDK builds a throwaway pydantic model class for every (un)marshal, about 12 ms
     of CPU per chat call, the largest cost of a classification. The class depends only
@@ -28,7 +28,7 @@ def _reuse_sdk_model_classes() -> None:
         except TypeError:  # an unhashable type: nothing to reuse
             return original(name, body=body, __config__=__config__)
 
-    serializers.create_model = create_model
+    serializers.create_model = create_model  # type: ignore[assignment]  # a narrower signature: our callers' one
 
 
 @client_cache

@@ -1,0 +1,13 @@
+"""The connection type the SQL modules take: psycopg with `dict_row`, as `synedre.db` opens them.
+
+A bare `psycopg.Connection` means `Connection[TupleRow]` to a type checker, so every
+`row["column"]` would look like indexing a tuple with a string.
+"""
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+
+import psycopg
+
+Row: TypeAlias = dict[str, Any]
+Conn: TypeAlias = psycopg.Connection[Row]
