@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from synedre.config import Settings, get_settings
 from synedre.pipeline import STAGES, Status, queues
@@ -67,7 +67,7 @@ def check_redis() -> Check:
 
         r = kv.client()
         r.ping()
-        info = r.info()
+        info = cast(dict[str, Any], r.info())  # a sync client: the reply itself
         notes = []
         if info.get("maxmemory_policy") != "noeviction":
             notes.append(f"WARNING maxmemory-policy is {info.get('maxmemory_policy')}, not noeviction: "

@@ -13,7 +13,8 @@ def test_stuck_messages_are_found_once_per_sweep_and_audited(db, tmp_path):
     ids = [ingest_one(raw, "atlas", 1, i, settings, lambda _: None) for i, raw in enumerate(raws, 1)]
     assert find_stuck() == []  # fresh: not stuck yet
     with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute("UPDATE synedre.email_states SET status_at = now() - interval '1 hour' WHERE message_id = %s", (ids[0],))
+        conn.execute("UPDATE synedre.email_states SET status_at = now() - interval '1 hour'"
+                     " WHERE message_id = %s", (ids[0],))
         conn.execute("UPDATE synedre.email_states SET status = 'scanned', status_at = now() - interval '1 hour'"
                      " WHERE message_id = %s", (ids[1],))
         conn.execute("UPDATE synedre.email_states SET status = 'classified', intent = 'run', complexity = 'leger',"

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
 from pydantic import BaseModel, Field, model_validator
 
+from synedre.db.types import Conn
 
 # Anyone can open an address there: a domain match on them proves nothing.
 CONSUMER_DOMAINS = frozenset("""
@@ -39,7 +39,7 @@ class Directory:
     persons: dict[str, str] = field(default_factory=dict)          # email -> codename
 
     def is_founder(self, address: str | None) -> bool:
-        return bool(address) and address.lower() in self.founder_emails
+        return bool(address and address.lower() in self.founder_emails)
 
     def match(self, address: str | None) -> Client | None:
         """Known person first, then a client domain; never the founder's nor a consumer domain."""
@@ -57,7 +57,7 @@ class Directory:
         return None
 
 
-def load(conn: psycopg.Connection) -> Directory:
+def load(conn: Conn) -> Directory:
     """The directory as the stages read it, in the caller's transaction."""
     founder = conn.execute("SELECT emails, domain, atlas_address FROM synedre.founder").fetchone()
     clients = {r["codename"]: Client(r["id"], r["codename"], r["name"], r["priority"], float(r["mrr"]),
@@ -109,7 +109,7 @@ class DirectoryFile(BaseModel):
     chantiers: list[ChantierEntry] = []
 
     @model_validator(mode="after")
-    def _chantier_clients_exist(self) -> "DirectoryFile":
+    def _chantier_clients_exist(self) -> DirectoryFile:
         known = {c.codename for c in self.clients}
         unknown = [f"{ch.codename} -> {ch.client}" for ch in self.chantiers
                    if ch.client and ch.client not in known]
@@ -118,7 +118,7 @@ class DirectoryFile(BaseModel):
         return self
 
 
-def import_directory(conn: psycopg.Connection, d: DirectoryFile) -> dict[str, Any]:
+def import_directory(conn: Conn, d: DirectoryFile) -> dict[str, Any]:
     """Upsert everything in the caller's transaction; re-importing updates, never duplicates."""
     conn.execute(
         """INSERT INTO synedre.founder (id, name, emails, domain, atlas_address)
@@ -128,7 +128,7 @@ def import_directory(conn: psycopg.Connection, d: DirectoryFile) -> dict[str, An
         (d.founder.name, [e.lower() for e in d.founder.emails], d.founder.domain.lower(),
          d.atlas_mailbox.lower()))
     for c in d.clients:
-        cid = conn.execute(
+        upserted = conn.execute(
             """INSERT INTO synedre.clients (codename, name, priority, mrr, status, deploy_target, domains)
                VALUES (%s, %s, %s, %s, %s, %s, %s)
                ON CONFLICT (codename) DO UPDATE SET name = EXCLUDED.name,
@@ -136,7 +136,9 @@ def import_directory(conn: psycopg.Connection, d: DirectoryFile) -> dict[str, An
                  deploy_target = EXCLUDED.deploy_target, domains = EXCLUDED.domains
                RETURNING id""",
             (c.codename, c.name, c.priority, c.mrr, c.status, c.deploy_target,
-             [x.lower() for x in c.domains])).fetchone()["id"]
+             [x.lower() for x in c.domains])).fetchone()
+        assert upserted is not None  # an upsert's RETURNING always has its row
+        cid = upserted["id"]
         for p in c.persons:
             conn.execute(
                 """INSERT INTO synedre.client_persons (client_id, name, email) VALUES (%s, %s, %s)

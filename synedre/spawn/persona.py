@@ -70,7 +70,7 @@ def load(conn: Conn, codename: str, *, query: str, embed: Embed,
     return Persona(agent, lessons, mission, prefs, error)
 
 
-def _lessons(conn: psycopg.Connection, agent_id: int, v: Vector) -> list[str]:
+def _lessons(conn: Conn, agent_id: int, v: Vector) -> list[str]:
     # the agent's own scars first, then global ones: a backend agent must not see a
     # frontend agent's lessons before its own; only vectors made by the same model
     rows = conn.execute(
@@ -84,7 +84,7 @@ def _lessons(conn: psycopg.Connection, agent_id: int, v: Vector) -> list[str]:
     return [f"{r['title']}: {r['body']}" for r in rows]
 
 
-def _model_mismatch(conn: psycopg.Connection, agent_id: int, model: str) -> str | None:
+def _model_mismatch(conn: Conn, agent_id: int, model: str) -> str | None:
     """Lessons exist but none was embedded by `model`: say so rather than return nothing."""
     others = [r["embedding_model"] for r in conn.execute(
         """SELECT DISTINCT embedding_model FROM synedre.lessons WHERE embedding IS NOT NULL

@@ -1,7 +1,7 @@
 """ClientResolution: envelope first, then a forwarded From:, never a consumer or founder domain."""
 from synedre.classify.resolution import envelope_client, resolve
-from synedre.db.directory import Client, Directory
 from synedre.classify.split import split_cover_quoted
+from synedre.db.directory import Client, Directory
 
 D = Directory(
     founder_emails=frozenset({"julien@atelier-moreau.fr"}), founder_domain="atelier-moreau.fr",
