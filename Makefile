@@ -35,9 +35,9 @@ test: system venv
 unit: venv
 	$(VENV)/bin/pytest -q -m unit
 
+# Both run even when ruff fails, so one pass shows every finding; the target fails if either does.
 lint: venv
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy synedre
+	$(VENV)/bin/ruff check .; ruff=$$?; $(VENV)/bin/mypy synedre && exit $$ruff
 
 lock:
 	test -x $(LOCKVENV)/bin/uv || ($(PY) -m venv $(LOCKVENV) && $(LOCKVENV)/bin/pip install -q uv)
