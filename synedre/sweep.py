@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from synedre import db
 from synedre.db import pipeline as sql
-from synedre.pipeline import STAGES, Stage
+from synedre.pipeline import STAGES, Stage, Status
 
 SWEEP_EVERY_S = 30
 BATCH = 200
@@ -71,12 +71,12 @@ def fail_lost_launches(lock_held) -> list[int]:
         rows = conn.execute(
             """SELECT s.message_id, s.launch_attempt, l.id, l.session_id FROM synedre.email_states s
                  JOIN synedre.launches l ON l.message_id = s.message_id AND l.attempt = s.launch_attempt
-                WHERE s.status = 'spawning' AND l.status = 'running' LIMIT %s""", (BATCH,)).fetchall()
+                WHERE s.status = %s AND l.status = 'running' LIMIT %s""", (str(Status.SPAWNING), BATCH)).fetchall()
         for r in rows:
             if lock_held(r["message_id"]):
                 continue
             claim = launches.Claim(r["message_id"], r["launch_attempt"], r["id"])
-            launches.finish(conn, claim, ok=False, status="spawn_failed", reason="worker_lost",
+            launches.finish(conn, claim, ok=False, status=Status.SPAWN_FAILED, reason="worker_lost",
                             salvage={"resumable": bool(r["session_id"])})
             failed.append(r["message_id"])
     return failed

@@ -1,0 +1,79 @@
+"""Claim, work, write: no transaction is open and no connection held while a stage waits on
+the LLM, so the workers, not the connection pool, bound how many classify at once."""
+import json
+import threading
+import time
+
+import psycopg
+import pytest
+
+from synedre import db as dbmod
+from synedre.config import Settings, get_settings
+from synedre.ingest.poll import ingest_one
+from synedre.pipeline import Status
+from tests.services.llm_server import start_llm_server
+
+pytestmark = pytest.mark.timeout(120)
+DELAY_S, MESSAGES, POOL = 2.0, 20, 2
+
+
+@pytest.fixture
+def small_pool(db, monkeypatch):
+    """The process's pool, rebuilt with two connections."""
+    monkeypatch.setenv("SYNEDRE_DB_POOL_MAX", str(POOL))
+    get_settings.cache_clear()
+    if dbmod._pool is not None:
+        dbmod._pool.close()
+    dbmod._pool = None
+    yield db
+    if dbmod._pool is not None:
+        dbmod._pool.close()
+    dbmod._pool = None
+
+
+def test_a_pool_of_two_serves_twenty_concurrent_llm_waits(small_pool, tmp_path, monkeypatch):
+    url = small_pool
+    idle_in_tx = []
+
+    def answer(body, path):
+        # while the LLM "thinks" (the request is in, the answer 2 s away): no transaction of
+        # ours has been open for long (other threads' short claims and writes may be in flight)
+        with psycopg.connect(url, autocommit=True) as c:
+            idle_in_tx.append(c.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE xact_start < now() - interval '1 second'"
+                " AND datname = current_database() AND pid <> pg_backend_pid()").fetchone()[0])
+        return json.dumps({"intent": "question", "complexity": "leger", "confidence": 0.9, "rationale": "r"})
+
+    server = start_llm_server(answer, delay_s=DELAY_S)
+    try:
+        monkeypatch.setenv("SYNEDRE_MISTRAL_API_KEY", "test-key-not-secret")
+        monkeypatch.setenv("SYNEDRE_MISTRAL_SERVER_URL", server.url)
+        get_settings.cache_clear()
+        settings = Settings(state_dir=tmp_path)
+        ids = [ingest_one(f"From: a{i}@example.org\r\nMessage-ID: <m{i}@x>\r\nSubject: s{i}\r\n\r\nhello {i}\r\n"
+                          .encode(), "atlas", 1, i, settings, lambda _: None) for i in range(MESSAGES)]
+        with psycopg.connect(url, autocommit=True) as c:
+            c.execute("UPDATE synedre.email_states SET status = 'read'")
+        from synedre.classify import stage
+
+        results, errors = {}, []
+
+        def classify(mid):
+            try:
+                results[mid] = stage.run(mid)
+            except Exception as exc:  # a pool timeout here is the failure this test exists for
+                errors.append(repr(exc))
+        threads = [threading.Thread(target=classify, args=(mid,)) for mid in ids]
+        started = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        elapsed = time.monotonic() - started
+    finally:
+        server.stop()
+    assert errors == []
+    assert set(results.values()) == {Status.CLASSIFIED}
+    # 20 waits of 2 s through 2 connections would take >= 20 s if a connection were held
+    assert elapsed < MESSAGES / POOL * DELAY_S / 2, f"{elapsed:.1f}s: the pool bounded concurrency"
+    assert len(idle_in_tx) == MESSAGES and max(idle_in_tx) == 0
