@@ -21,6 +21,7 @@ SERVICE_FIXTURES = frozenset({
     "pg_url", "db", "redis_db", "dovecot", "services", "clamd", "case_llm", "pipeline",
     "fresh_url",    # tests/db/test_migrations.py: a PostgreSQL of its own
     "api_factory",  # tests/spawn/test_runner.py: the real `claude` CLI against a scripted API
+    "llm",          # tests/ai/test_facade.py: the provider SDKs against a local LLM server, as case_llm
 })
 # Modules whose every test runs a real program without one of those fixtures, kept in
 # this list because their files belong to other work in progress.
