@@ -1,12 +1,14 @@
-"""synedre: operate the Synedre fleet (email in, executed work out): run it, inspect and retry messages, see its status, pause launches."""
+"""Operate the Synedre fleet (an email in, executed work out): run it, see its status,
+inspect and retry messages, pause launches."""
 from __future__ import annotations
 
 import json
 import os
 import sys
 import threading
+from datetime import UTC
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -30,7 +32,7 @@ console = Console(width=None if sys.stdout.isatty() else 400)
 err = Console(stderr=True, soft_wrap=True)
 
 
-def fail(message: str, code: int = 1) -> None:
+def fail(message: str, code: int = 1) -> NoReturn:
     err.print(f"[bold red]error:[/] {escape(message)}")
     raise typer.Exit(code)
 
@@ -61,6 +63,19 @@ def db_status() -> None:
     console.print_json(data=status(get_settings().migrations_dir))
 
 
+@db_app.command("url")
+def db_url() -> None:
+    """The database URL (embedded or configured), for `psql "$(synedre db url)"`."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from synedre import db
+
+    u = urlsplit(db.database_url())
+    if u.password:  # never print a password: psql reads it from PGPASSWORD or ~/.pgpass
+        u = u._replace(netloc=u.netloc.replace(f":{u.password}@", "@"))
+    sys.stdout.write(urlunsplit(u) + "\n")
+
+
 @directory_app.command("import")
 def directory_import(file: Path) -> None:
     """Load the directory from a JSON file; re-importing updates, never duplicates."""
@@ -80,7 +95,7 @@ def directory_import(file: Path) -> None:
 
 @app.command()
 def inspect(
-    message: Optional[str] = typer.Argument(None, help="Message-ID header value or internal id"),
+    message: str | None = typer.Argument(None, help="Message-ID header value or internal id"),
     all_: bool = typer.Option(False, "--all", help="Every message (one line each)"),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output, details included"),
 ) -> None:
@@ -91,8 +106,9 @@ def inspect(
     if not all_ and not message:
         fail("give a MESSAGE or --all", 2)
     with db.transaction() as conn:
-        ids = None
+        ids: list[int] | None = None
         if not all_:
+            assert message is not None
             mid = messages.lookup(conn, message)
             if mid is None:
                 fail(f"no message {message!r}")
@@ -114,8 +130,10 @@ def inspect(
     console.print(f"[bold]message {r['id']}[/] {escape(r['message_id'])}  from {escape(r['from'] or '?')}"
                   f"  dkim {'pass' if r['dkim_pass'] else 'fail'}")
     console.print(f"subject: {escape(r['subject'] or '')}")
+    done = r["materialized"]
+    made = f"{done['kind']} #{done['id']}" if done else "-"
     console.print(f"status: [bold]{r['status']}[/]  intent: {_intent(r) or '-'}  client: {_client(r) or '-'}"
-                  f"  materialized: {r['materialized'] and '%s #%s' % (r['materialized']['kind'], r['materialized']['id']) or '-'}")
+                  f"  materialized: {made}")
     if r["waiting"]:
         console.print(f"[yellow]waiting:[/] {escape(r['waiting'])}")
     console.print("audit:")
@@ -166,16 +184,15 @@ def _waiting(r: dict) -> str | None:
 
 @app.command()
 def retry(
-    message: Optional[str] = typer.Argument(None, help="Message-ID header value or internal id"),
-    from_stage: Optional[str] = typer.Option(None, "--from", help="Stage to re-run (default: the failed one)"),
-    status: Optional[str] = typer.Option(None, "--status", help="Every message at this status"),
-    since: Optional[str] = typer.Option(None, help="With --status: only those there since (e.g. 2h, 1d, 2026-12-01)"),
+    message: str | None = typer.Argument(None, help="Message-ID header value or internal id"),
+    from_stage: str | None = typer.Option(None, "--from", help="Stage to re-run (default: the failed one)"),
+    status: str | None = typer.Option(None, "--status", help="Every message at this status"),
+    since: str | None = typer.Option(None, help="With --status: only those there since (e.g. 2h, 1d, 2026-12-01)"),
     reason: str = typer.Option(..., "--reason", help="Why, for the audit"),
 ) -> None:
     """Send messages back to a stage and enqueue them (audited `retry_requested`)."""
     from synedre import db
-    from synedre.db import messages
-    from synedre.db import pipeline as sql
+    from synedre.db import messages, pipeline as sql
     from synedre.pipeline import Status
     from tasks.app import enqueue
 
@@ -186,12 +203,12 @@ def retry(
     by = os.environ.get("USER", "operator")
     with db.transaction() as conn:
         if message:
-            mid = messages.lookup(conn, message)
-            if mid is None:
+            found = messages.lookup(conn, message)
+            if found is None:
                 fail(f"no message {message!r}")
-            ids = [mid]
+            ids = [found]
         else:
-            ids = messages.at_status(conn, status, _since(since))
+            ids = messages.at_status(conn, status or "", _since(since))
     done, refused = [], []
     for mid in ids:
         try:
@@ -212,13 +229,13 @@ def retry(
 
 
 def _since(value: str | None):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     if value is None:
         return None
     units = {"m": "minutes", "h": "hours", "d": "days"}
     if value[:-1].isdigit() and value[-1] in units:
-        return datetime.now(timezone.utc) - timedelta(**{units[value[-1]]: int(value[:-1])})
+        return datetime.now(UTC) - timedelta(**{units[value[-1]]: int(value[:-1])})
     try:
         return datetime.fromisoformat(value)
     except ValueError:
@@ -284,7 +301,6 @@ def spawn_resume() -> None:
     """Allow launches again."""
     from synedre import kv
     from synedre.spawn import locks
-
     from tasks.spawn import offer_launches
 
     locks.resume(kv.client())
@@ -318,7 +334,7 @@ def locks(stale_after: float = typer.Option(600.0, help="Seconds without renewal
 
 @app.command("launches")
 def list_launches(running: bool = typer.Option(False, "--running", help="Only running launches"),
-                  message: Optional[str] = typer.Option(None, "--message", help="Only this message's launches"),
+                  message: str | None = typer.Option(None, "--message", help="Only this message's launches"),
                   as_json: bool = typer.Option(False, "--json", help="With contract, verdict, salvage, merge")) -> None:
     """Recent launches with their outcome."""
     from synedre import db

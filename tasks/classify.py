@@ -1,5 +1,5 @@
 """Queue `classify`: the guarded LLM classification (SPEC §6)."""
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from synedre.classify import stage
 from synedre.classify.core import LLMUnavailable
@@ -18,7 +18,7 @@ def _delay_s(retries: int) -> float:
 def classify(self, message_id: int) -> str:
     mid = bind(self, message_id)
     n = self.request.retries
-    when = datetime.now(timezone.utc) + timedelta(seconds=_delay_s(n))
+    when = datetime.now(UTC) + timedelta(seconds=_delay_s(n))
     try:
         result = stage.run(mid, retry=(n, get_settings().llm_retries, when))
     except LLMUnavailable as exc:

@@ -20,7 +20,10 @@ def poll(self, mailbox_id: str = "atlas") -> dict:
         structlog.get_logger().error("poll_unknown_mailbox", error=str(exc))
         return {"mailbox": mailbox_id, "refused": str(exc)}
     first = consumer_of(Status.RECEIVED).name  # type: ignore[union-attr]
-    report = run_coalesced(box, lambda mid: enqueue(first, mid))
+
+    def hand_on(mid: int) -> None:
+        enqueue(first, mid)
+    report = run_coalesced(box, hand_on)
     if report is None:
         return {"mailbox": mailbox_id, "skipped": "another poll holds the lock"}
     return {"mailbox": mailbox_id, "unseen": report.unseen, "inserted": len(report.inserted),

@@ -1,6 +1,6 @@
 """Queue `spawn`: one headless Claude Code launch per message (SPEC §8)."""
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from celery.signals import worker_ready, worker_shutting_down
 
@@ -49,7 +49,7 @@ def spawn(self, message_id: int) -> str:
     except (stage.NoSlot, locks.LaunchGuardUnavailable) as exc:
         # fail closed and come back: no slot, or Redis cannot say whether one is free
         delay = get_settings().spawn_slot_retry_s
-        until = datetime.now(timezone.utc) + timedelta(seconds=delay)
+        until = datetime.now(UTC) + timedelta(seconds=delay)
         stage.hold(mid, f"held: {exc}; retry {self.request.retries + 1}/{self.max_retries}", until)
         try:
             if not locks.mark_queued(r, mid):

@@ -3,14 +3,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from synedre import ai, db
-from synedre import attachments as files
+from synedre import ai, attachments as files, db
 from synedre.classify import core, resolution
 from synedre.classify.prompt import PromptInput
 from synedre.classify.rules import Facts
 from synedre.config import Settings, get_settings
-from synedre.db import directory as dirsql
-from synedre.db import pipeline as sql
+from synedre.db import directory as dirsql, pipeline as sql
 from synedre.log import log
 from synedre.message import ParsedMessage
 from synedre.ocr import stage as ocr
@@ -61,7 +59,8 @@ def run(message_id: int, s: Settings | None = None, *, retry: tuple[int, int, da
             raise
         c = out.classification
         client = directory.clients.get(who.client_codename) if who.client_codename else None
-        fields = dict(client_id=client.id if client else None, client_source=who.source, model=out.model)
+        fields: dict[str, object] = dict(client_id=client.id if client else None, client_source=who.source,
+                                         model=out.model)
         if c is not None:
             fields.update(intent=c.intent, complexity=c.complexity, confidence=c.confidence,
                           rationale=c.rationale[:2000])

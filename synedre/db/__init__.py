@@ -3,18 +3,19 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from synedre.config import Settings, get_settings
+from synedre.db.types import Conn
 from synedre.log import log
 
 _lock = threading.RLock()
-_pool: ConnectionPool | None = None
+_pool: ConnectionPool[Conn] | None = None
 _embedded_url: str | None = None
 
 
@@ -36,18 +37,20 @@ def database_url(settings: Settings | None = None) -> str:
             pgdata.parent.mkdir(parents=True, exist_ok=True)
             # cleanup_mode=None: the server outlives this process, so the fleet, the
             # CLI and `celery call` all share one embedded database.
+            fresh = not (pgdata / "PG_VERSION").exists()
             _embedded_url = pgserver.get_server(pgdata, cleanup_mode=None).get_uri()
-            log.info("embedded_database", pgdata=str(pgdata),
-                     hint="set SYNEDRE_DATABASE_URL to use an external PostgreSQL with pgvector")
+            if fresh:  # said once, when the database is created, not on every command
+                log.info("embedded_database", pgdata=str(pgdata),
+                         hint="set SYNEDRE_DATABASE_URL to use an external PostgreSQL with pgvector")
         return _embedded_url
 
 
-def _configure(conn: psycopg.Connection) -> None:
+def _configure(conn: Conn) -> None:
     conn.execute("SET search_path TO synedre, public")
     conn.commit()
 
 
-def pool() -> ConnectionPool:
+def pool() -> ConnectionPool[Conn]:
     """The process's pool, opened on first use (never inherited across a fork)."""
     global _pool
     with _lock:
@@ -62,14 +65,14 @@ def pool() -> ConnectionPool:
 
 
 @contextmanager
-def transaction() -> Iterator[psycopg.Connection]:
+def transaction() -> Iterator[Conn]:
     """A connection inside one transaction: committed on success, rolled back on error."""
     with pool().connection() as conn:
         with conn.transaction():
             yield conn
 
 
-def connect(url: str | None = None) -> psycopg.Connection:
+def connect(url: str | None = None) -> Conn:
     """A standalone autocommit connection (migrations, CLI)."""
     conn = psycopg.connect(url or database_url(), row_factory=dict_row, autocommit=True,
                            connect_timeout=int(get_settings().db_timeout_s))

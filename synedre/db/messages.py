@@ -4,8 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 from psycopg.types.json import Jsonb
+
+from synedre.db.types import Conn
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,12 @@ class Existing:
     same_uid: bool  # the very same IMAP delivery seen again (a retried poll)
 
 
-def audit(conn: psycopg.Connection, message_id: int | None, event: str, **detail: Any) -> None:
+def audit(conn: Conn, message_id: int | None, event: str, **detail: Any) -> None:
     conn.execute("INSERT INTO synedre.audit_log (message_id, event, detail) VALUES (%s, %s, %s)",
                   (message_id, event, Jsonb(detail)))
 
 
-def insert_message(conn: psycopg.Connection, m: NewMessage) -> int | None:
+def insert_message(conn: Conn, m: NewMessage) -> int | None:
     """Raw row, state row, attachments and audit in the caller's transaction.
 
     Returns the new id, or None when the message is already stored: the unique
@@ -72,7 +73,7 @@ def insert_message(conn: psycopg.Connection, m: NewMessage) -> int | None:
     return mid
 
 
-def find_existing(conn: psycopg.Connection, mailbox: str, uidvalidity: int, uid: int,
+def find_existing(conn: Conn, mailbox: str, uidvalidity: int, uid: int,
                   message_id: str) -> Existing | None:
     row = conn.execute(
         """SELECT r.id, s.status, (r.uidvalidity = %s AND r.uid = %s) AS same_uid
@@ -83,7 +84,7 @@ def find_existing(conn: psycopg.Connection, mailbox: str, uidvalidity: int, uid:
     return Existing(row["id"], row["status"], row["same_uid"]) if row else None
 
 
-def lookup(conn: psycopg.Connection, ref: str) -> int | None:
+def lookup(conn: Conn, ref: str) -> int | None:
     """A message by internal id or by Message-ID header value (brackets optional)."""
     if ref.isdigit():
         row = conn.execute("SELECT id FROM synedre.raw_messages WHERE id = %s", (int(ref),)).fetchone()
@@ -96,7 +97,7 @@ def lookup(conn: psycopg.Connection, ref: str) -> int | None:
     return row["id"] if row else None
 
 
-def at_status(conn: psycopg.Connection, status: str, since: Any = None) -> list[int]:
+def at_status(conn: Conn, status: str, since: Any = None) -> list[int]:
     """Messages at `status` (since a time, if given), oldest first."""
     return [r["message_id"] for r in conn.execute(
         "SELECT message_id FROM synedre.email_states WHERE status = %s AND (%s::timestamptz IS NULL"
@@ -107,7 +108,7 @@ LAUNCH_FIELDS = ("id", "attempt", "status", "model", "system_prompt", "session_i
                  "exit_code", "stop_reason", "started_at", "ended_at", "contract", "salvage", "branch")
 
 
-def launches_of(conn: psycopg.Connection, message_id: int | None = None, limit: int = 50) -> list[dict[str, Any]]:
+def launches_of(conn: Conn, message_id: int | None = None, limit: int = 50) -> list[dict[str, Any]]:
     """Launches with their contract, verdict, salvage and merge result, newest first."""
     rows = conn.execute(
         "SELECT l.*, l.message_id FROM synedre.launches l WHERE %(all)s OR l.message_id = %(m)s"
@@ -116,7 +117,7 @@ def launches_of(conn: psycopg.Connection, message_id: int | None = None, limit: 
              "merge": (r.get("salvage") or {}).get("merge")} for r in rows]
 
 
-def describe(conn: psycopg.Connection, ids: list[int] | None = None, details: bool = False) -> list[dict[str, Any]]:
+def describe(conn: Conn, ids: list[int] | None = None, details: bool = False) -> list[dict[str, Any]]:
     """What `synedre inspect` shows, one dict per message, in arrival order; `details`
     adds every audit row (time, event, detail) and the launches."""
     rows = conn.execute(

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
-
 from synedre.db.messages import audit
+from synedre.db.types import Conn
 from synedre.log import log
 from synedre.pipeline import BY_NAME, STAGES, Stage, Status, consumer_of, position, running_stage
 
@@ -35,7 +34,7 @@ class Claim:
     state: dict[str, Any]  # the state row joined with its raw message, as claimed
 
 
-def claim(conn: psycopg.Connection, stage: Stage, message_id: int) -> Claim | None:
+def claim(conn: Conn, stage: Stage, message_id: int) -> Claim | None:
     """Move the message from one of the stage's entry statuses to its running status, with a
     new attempt number; None when it is not at an entry status (see `why_not`)."""
     row = conn.execute(
@@ -51,10 +50,11 @@ def claim(conn: psycopg.Connection, stage: Stage, message_id: int) -> Claim | No
                   r.subject, r.dkim_pass, r.raw
              FROM synedre.email_states s JOIN synedre.raw_messages r ON r.id = s.message_id
             WHERE s.message_id = %s""", (message_id,)).fetchone()
+    assert state is not None  # the row was just updated in this transaction
     return Claim(stage, message_id, row["stage_attempt"], state)
 
 
-def why_not(conn: psycopg.Connection, stage: Stage, message_id: int) -> str:
+def why_not(conn: Conn, stage: Stage, message_id: int) -> str:
     """Why `claim` found nothing to do, in words an operator reads."""
     row = conn.execute("SELECT status, waiting_reason FROM synedre.email_states WHERE message_id = %s",
                        (message_id,)).fetchone()
@@ -71,7 +71,7 @@ def why_not(conn: psycopg.Connection, stage: Stage, message_id: int) -> str:
     return f"not yet at {stage.name} (status {status})"
 
 
-def write(conn: psycopg.Connection, c: Claim, status: Status, event: str,
+def write(conn: Conn, c: Claim, status: Status, event: str,
           detail: dict[str, Any] | None = None, **fields: Any) -> None:
     """The stage's result and its audit row, in the caller's transaction, only while the
     claim still owns the message (else FencedOut, and the transaction rolls back)."""
@@ -89,7 +89,7 @@ def write(conn: psycopg.Connection, c: Claim, status: Status, event: str,
     audit(conn, c.message_id, event, **(detail or {}), stage=c.stage.name, attempt=c.attempt)
 
 
-def release(conn: psycopg.Connection, c: Claim, *, reason: str, event: str,
+def release(conn: Conn, c: Claim, *, reason: str, event: str,
             until: datetime | None = None, **detail: Any) -> bool:
     """Hand the message back to the stage's entry status to wait (a retry later, a held
     launch), saying why and until when. False when the claim was superseded meanwhile."""
@@ -104,7 +104,7 @@ def release(conn: psycopg.Connection, c: Claim, *, reason: str, event: str,
     return cur.rowcount == 1
 
 
-def set_waiting(conn: psycopg.Connection, message_id: int, reason: str, until: datetime | None = None) -> None:
+def set_waiting(conn: Conn, message_id: int, reason: str, until: datetime | None = None) -> None:
     """Say why a message at an entry status waits (without claiming it)."""
     conn.execute("UPDATE synedre.email_states SET waiting_reason = %s, waiting_until = %s WHERE message_id = %s",
                  (reason, until, message_id))
@@ -143,7 +143,7 @@ def retry_target(status: str, from_stage: str | None) -> Stage:
     return stage
 
 
-def reenter(conn: psycopg.Connection, message_id: int, from_stage: str | None, *, reason: str,
+def reenter(conn: Conn, message_id: int, from_stage: str | None, *, reason: str,
             by: str) -> tuple[Stage, str]:
     """Move the message to a stage's first entry status with a `retry_requested` audit;
     returns (that stage, the status it left). The attempt number moves on, so a late
@@ -163,7 +163,7 @@ def reenter(conn: psycopg.Connection, message_id: int, from_stage: str | None, *
     return target, row["status"]
 
 
-def attachments(conn: psycopg.Connection, message_id: int) -> list[dict[str, Any]]:
+def attachments(conn: Conn, message_id: int) -> list[dict[str, Any]]:
     return conn.execute("SELECT * FROM synedre.attachments WHERE message_id = %s ORDER BY idx",
                         (message_id,)).fetchall()
 

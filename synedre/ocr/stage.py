@@ -1,8 +1,7 @@
 """Stage `ocr`: text from clean images, kept only in the message's private directory (SPEC §5)."""
 from __future__ import annotations
 
-from synedre import attachments as files
-from synedre import db
+from synedre import attachments as files, db
 from synedre.config import Settings, get_settings
 from synedre.db import pipeline as sql
 from synedre.log import log

@@ -1,8 +1,7 @@
 """Stage `scan`: every attachment gets a clamd verdict before anything reads it (SPEC §4)."""
 from __future__ import annotations
 
-from synedre import attachments as files
-from synedre import db
+from synedre import attachments as files, db
 from synedre.config import Settings, get_settings
 from synedre.db import pipeline as sql
 from synedre.log import log

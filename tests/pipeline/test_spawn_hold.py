@@ -8,7 +8,14 @@ import sys
 import pytest
 
 from tests.services import stack
-from tests.spawn.test_launch_e2e import agent_script, finished, launch_env, make_launchable, q, repo  # noqa: F401
+from tests.spawn.test_launch_e2e import (  # noqa: F401  launch_env and repo are fixtures used here
+    agent_script,
+    finished,
+    launch_env,
+    make_launchable,
+    q,
+    repo,
+)
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(shutil.which("claude") is None, reason="the claude CLI is not installed")]
@@ -19,7 +26,7 @@ def cli(env, *args):
                           timeout=90, cwd=stack.ROOT, check=True).stdout
 
 
-def test_paused_launches_are_held_once_each_and_resume_launches_each_once(services, launch_env, tmp_path,
+def test_paused_launches_are_held_once_each_and_resume_launches_each_once(services, launch_env, tmp_path,  # noqa: F811
                                                                             monkeypatch):
     url, r = services["db"], services["redis"]
     api, env = launch_env(agent_script())
