@@ -63,6 +63,16 @@ def db_status() -> None:
     console.print_json(data=status(get_settings().migrations_dir))
 
 
+@db_app.command("stop")
+def db_stop() -> None:
+    """Stop the embedded PostgreSQL (the fleet stops it too when it exits)."""
+    from synedre import db
+
+    if get_settings().database_url:
+        fail("SYNEDRE_DATABASE_URL is set: that server is not ours to stop", 2)
+    console.print("embedded database stopped" if db.stop_embedded() else "embedded database was not running")
+
+
 @db_app.command("url")
 def db_url() -> None:
     """The database URL (embedded or configured), for `psql "$(synedre db url)"`."""
@@ -446,7 +456,11 @@ def idle() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     expires = get_settings().poll_interval_s
-    watch_all(boxes, lambda box: celery.send_task("synedre.poll", args=[box], expires=expires), stop)
+    failed = watch_all(boxes, lambda box: celery.send_task("synedre.poll", args=[box], expires=expires), stop)
+    if failed and not stop.is_set():
+        # Every watcher has given up (a refused login, no IDLE): exit so the fleet restarts
+        # us after its backoff, which also picks up a corrected registry or password.
+        fail(f"IDLE watcher stopped for {', '.join(failed)}; see the idle_failed log lines", 1)
 
 
 @app.command()
@@ -454,6 +468,7 @@ def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to 
     """Run everything: migrations, then beat, the workers and the IDLE watcher."""
     from synedre import db, fleet as fleet_mod, kv
     from synedre.db.migrate import MigrationError, upgrade
+    from synedre.log import log
     from synedre.mail import registry
 
     s = get_settings()
@@ -480,7 +495,16 @@ def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to 
             err.print(f"[bold yellow]warning:[/] {c.name}: {escape(c.detail)}")
     console.print(f"[green]database ready[/] ({len(done)} migration(s) applied); "
                   f"mailboxes: {', '.join(boxes)}; Ctrl-C stops everything cleanly")
-    raise typer.Exit(fleet_mod.supervise(fleet_mod.children(), env, grace))
+    embedded = not s.database_url
+
+    def watch_database() -> None:
+        if embedded and db.ensure_embedded(s):
+            log.error("embedded_database_restarted", pgdata=str(db.embedded_pgdata(s)))
+
+    code = fleet_mod.supervise(fleet_mod.children(), env, grace, watch=watch_database)
+    if embedded and db.stop_embedded(s):
+        console.print("embedded database stopped")
+    raise typer.Exit(code)
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from synedre.log import log
@@ -73,8 +74,15 @@ def children() -> list[Child]:
     return out
 
 
-def supervise(kids: list[Child], env: dict[str, str], grace_s: float) -> int:
+WATCH_EVERY_S = 2.0
+
+
+def supervise(kids: list[Child], env: dict[str, str], grace_s: float,
+              watch: Callable[[], None] | None = None) -> int:
+    """Run the children, restart any that dies (with backoff), call `watch` every
+    WATCH_EVERY_S (the embedded database's watchdog), and stop everything on a signal."""
     stopping = False
+    watched_at = 0.0
 
     def _stop(signum, _frame):
         nonlocal stopping
@@ -90,6 +98,12 @@ def supervise(kids: list[Child], env: dict[str, str], grace_s: float) -> int:
     while not stopping:
         time.sleep(0.5)
         now = time.monotonic()
+        if watch is not None and now - watched_at >= WATCH_EVERY_S:
+            watched_at = now
+            try:
+                watch()
+            except Exception as exc:  # a failing watchdog must not take the fleet down
+                log.error("fleet_watch_failed", error=f"{type(exc).__name__}: {exc}"[:200])
         for k in kids:
             if k.proc and k.proc.poll() is not None and not stopping:
                 log.error("fleet_child_exited", child=k.name, code=k.proc.returncode,

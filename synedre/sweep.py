@@ -4,19 +4,39 @@ again, from the pipeline table's per-stage limits (SPEC §12, §12b).
 - At an entry status longer than the stage's limit (its task was lost: a broker restart,
   an enqueue that never happened): re-enqueued. Re-offering is idempotent (the stage's
   claim), so a message that was in fact queued costs one no-op task.
-- Claimed (in-progress status) longer than the limit (its worker died mid-work): the claim
-  is released back to the entry status and re-enqueued; a later write of the dead
-  execution is fenced out by the attempt number. A launch is never re-offered: a lost
-  launch is failed (`fail_lost_launches`), resumable, never run twice.
+- Claimed (in-progress status) with a lease not renewed for `CLAIM_LEASE_S` (its worker
+  died mid-work): the claim is released back to the entry status and re-enqueued; a later
+  write of the dead execution is fenced out by the attempt number. A launch is never
+  re-offered: a lost launch is failed (`fail_lost_launches`), resumable, never run twice.
+- The broker lost its data (Redis restarted empty: the epoch key is gone): every message
+  at an entry status is re-enqueued at once, whatever its age (`broker_epoch_lost`).
 """
 from __future__ import annotations
 
+import time
+
 from synedre import db
 from synedre.db import pipeline as sql
+from synedre.db.pipeline import CLAIM_LEASE_S
 from synedre.pipeline import STAGES, Stage, Status
 
-SWEEP_EVERY_S = 30
+SWEEP_EVERY_S = 15
 BATCH = 200
+EPOCH_KEY = "synedre:broker:epoch"  # set once per Redis lifetime; gone = queued tasks are gone too
+
+
+def broker_epoch_lost(r) -> bool:
+    """True once after the broker's data was lost (or on the very first run): the caller
+    then re-offers everything. Atomic, so one sweep among several does it."""
+    return bool(r.set(EPOCH_KEY, str(time.time()), nx=True))
+
+
+def waiting_everywhere(stages: tuple[Stage, ...] = STAGES) -> list[tuple[int, str]]:
+    """Every message at an entry status, whatever its age, with the stage that takes it."""
+    with db.transaction() as conn:
+        return [(r["message_id"], s.name) for s in stages if s.entry for r in conn.execute(
+            "SELECT message_id FROM synedre.email_states WHERE status = ANY(%s) ORDER BY status_at",
+            ([str(x) for x in s.entry],))]
 
 
 def find_stuck(stages: tuple[Stage, ...] = STAGES) -> list[tuple[int, str]]:
@@ -35,12 +55,12 @@ def find_stuck(stages: tuple[Stage, ...] = STAGES) -> list[tuple[int, str]]:
                             WHERE message_id IN (
                                   SELECT message_id FROM synedre.email_states
                                    WHERE status = %(running)s
-                                     AND claimed_at < now() - make_interval(secs => %(limit)s)
+                                     AND claimed_at < now() - make_interval(secs => %(lease)s)
                                    ORDER BY claimed_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
                         RETURNING message_id""",
                         {"entry": str(stage.entry[0]), "running": str(stage.running), "batch": BATCH,
-                         "limit": stage.stuck_after_s,
-                         "why": f"re-offered by the sweep: {stage.name} claim older than {stage.stuck_after_s} s"}):
+                         "limit": stage.stuck_after_s, "lease": CLAIM_LEASE_S,
+                         "why": f"re-offered by the sweep: {stage.name} claim not renewed for {CLAIM_LEASE_S:.0f} s"}):
                     found.append((r["message_id"], stage.name))
                     sql.audit(conn, r["message_id"], "sweep_reclaimed", stage=stage.name)
             for r in conn.execute(

@@ -1,5 +1,6 @@
 """What every stage task shares: which errors are transient, how a result moves a message on."""
 import psycopg
+import psycopg_pool
 import redis
 import structlog
 
@@ -7,7 +8,8 @@ from synedre.log import log
 from synedre.pipeline import Status, consumer_of
 
 # Worth retrying with backoff; everything else fails once and loudly.
-TRANSIENT = (psycopg.OperationalError, redis.ConnectionError, redis.TimeoutError, ConnectionError)
+TRANSIENT = (psycopg.OperationalError, psycopg_pool.PoolTimeout, redis.ConnectionError, redis.TimeoutError,
+             ConnectionError)
 RETRY = dict(autoretry_for=TRANSIENT, retry_backoff=2, retry_backoff_max=60, max_retries=8)
 
 

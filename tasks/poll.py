@@ -1,4 +1,6 @@
 """Queue `poll`: ingest one mailbox (SPEC §3)."""
+import psycopg
+import psycopg_pool
 import structlog
 from imapclient.exceptions import IMAPClientError
 
@@ -7,11 +9,12 @@ from synedre.mail import registry
 from synedre.pipeline import Status, consumer_of
 from tasks.app import app, enqueue
 
-TRANSIENT = (OSError, IMAPClientError, ConnectionError)
+# IMAP and the database may be restarting: retried with bounded backoff, never dropped
+TRANSIENT = (OSError, IMAPClientError, ConnectionError, psycopg.OperationalError, psycopg_pool.PoolTimeout)
 
 
-@app.task(name="synedre.poll", bind=True, autoretry_for=TRANSIENT, retry_backoff=5,
-          retry_backoff_max=60, max_retries=5, soft_time_limit=1800, time_limit=1900)
+@app.task(name="synedre.poll", bind=True, autoretry_for=TRANSIENT, retry_backoff=2,
+          retry_backoff_max=30, max_retries=10, soft_time_limit=1800, time_limit=1900)
 def poll(self, mailbox_id: str = "atlas") -> dict:
     structlog.contextvars.bind_contextvars(mailbox=mailbox_id, task_id=self.request.id)
     try:

@@ -1,10 +1,12 @@
 """The sweep (beat, every few seconds): re-enqueue messages stuck at a stage (SPEC §12)."""
 from synedre import kv
 from synedre.config import get_settings
+from synedre.log import log
+from synedre.mail import registry
 from synedre.pipeline import STAGES
 from synedre.spawn import locks
 from synedre.spawn.locks import MessageLock
-from synedre.sweep import fail_lost_launches, find_stuck
+from synedre.sweep import broker_epoch_lost, fail_lost_launches, find_stuck, waiting_everywhere
 from tasks._common import RETRY
 from tasks.app import app, enqueue
 
@@ -15,8 +17,24 @@ def sweep() -> int:
     r = kv.client()
     paused = locks.spawn_disabled(r, get_settings().spawn_disabled)
     # held launches are offered again on resume, not while paused
-    stuck = find_stuck(tuple(s for s in STAGES if not (paused and s.name == "spawn")))
+    stages = tuple(s for s in STAGES if not (paused and s.name == "spawn"))
+    if broker_epoch_lost(r):
+        # Redis came back empty: every queued task is gone. Offer everything waiting now,
+        # and poll every mailbox (mail may have arrived meanwhile).
+        stuck = waiting_everywhere(tuple(s for s in stages if s.name != "poll"))
+        for box in _mailboxes():
+            app.send_task("synedre.poll", args=[box], expires=get_settings().poll_interval_s)
+        log.warning("broker_epoch_lost", requeued=len(stuck))
+    else:
+        stuck = find_stuck(stages)
     for mid, stage in stuck:
         enqueue(stage, mid)
     lost = fail_lost_launches(lambda mid: MessageLock(r, str(mid)).holder() is not None)
     return len(stuck) + len(lost)
+
+
+def _mailboxes() -> list[str]:
+    try:
+        return list(registry.load())
+    except registry.RegistryError:
+        return []

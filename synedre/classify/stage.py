@@ -30,7 +30,7 @@ def run(message_id: int, s: Settings | None = None, *, retry: tuple[int, int, da
             return sql.why_not(conn, STAGE, message_id)
         msg = ParsedMessage.from_claim(claim.state, sql.attachments(conn, message_id))
         directory = dirsql.load(conn)
-    with sql.releasing_on_error(claim):
+    with sql.working(claim):
         sender = msg.sender
         who = resolution.resolve(sender, msg.split, directory)
         envelope_client = resolution.envelope_client(sender, directory)

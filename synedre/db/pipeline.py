@@ -7,6 +7,7 @@ transaction that succeeds only while the claim's attempt still owns the message.
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -168,18 +169,44 @@ def attachments(conn: Conn, message_id: int) -> list[dict[str, Any]]:
                         (message_id,)).fetchall()
 
 
+# A claim is a lease: the execution holding it renews it every CLAIM_RENEW_S; one not
+# renewed for CLAIM_LEASE_S belongs to a dead worker and the sweep offers the message again.
+CLAIM_RENEW_S = 10.0
+CLAIM_LEASE_S = 40.0
+
+
+def renew(conn: Conn, c: Claim) -> bool:
+    cur = conn.execute("UPDATE synedre.email_states SET claimed_at = now() WHERE message_id = %s"
+                       " AND status = %s AND stage_attempt = %s", (c.message_id, str(c.stage.running), c.attempt))
+    return cur.rowcount == 1
+
+
 @contextmanager
-def releasing_on_error(c: Claim) -> Iterator[None]:
-    """Around a stage's work and write: an error hands the message back to its entry status
-    with the reason (audit `stage_error`), so a retry or the sweep can take it at once
-    instead of finding it claimed; the error is then re-raised for the task to handle."""
+def working(c: Claim) -> Iterator[None]:
+    """Around a stage's work and write: the claim's lease is renewed in the background, and
+    an error hands the message back to its entry status with the reason (audit
+    `stage_error`), so a retry or the sweep can take it at once instead of finding it
+    claimed; the error is then re-raised for the task to handle."""
+    from synedre import db
+
+    stop = threading.Event()
+
+    def keep_alive() -> None:
+        while not stop.wait(CLAIM_RENEW_S):
+            try:
+                with db.transaction() as conn:
+                    if not renew(conn, c):
+                        return  # superseded or written: nothing left to renew
+            except Exception as exc:  # the database may be restarting: try again next period
+                log.warning("claim_renew_failed", message=c.message_id, stage=c.stage.name,
+                            error=type(exc).__name__)
+    beat = threading.Thread(target=keep_alive, name=f"lease-{c.message_id}", daemon=True)
+    beat.start()
     try:
         yield
     except FencedOut:
         raise
     except BaseException as exc:
-        from synedre import db
-
         reason = f"error: {type(exc).__name__}: {exc}"[:300]
         try:
             with db.transaction() as conn:
@@ -188,3 +215,5 @@ def releasing_on_error(c: Claim) -> Iterator[None]:
             log.warning("stage_release_failed", message=c.message_id, stage=c.stage.name,
                         error=type(again).__name__)
         raise
+    finally:
+        stop.set()

@@ -52,7 +52,7 @@ def run(message_id: int, s: Settings | None = None) -> Status | str:
         if claim is None:
             return sql.why_not(conn, STAGE, message_id)
         msg = ParsedMessage.from_claim(claim.state, sql.attachments(conn, message_id))
-    with sql.releasing_on_error(claim):
+    with sql.working(claim):
         found, errors = texts(msg, s) if images(msg.attachments) else ([], [])
         with db.transaction() as conn:
             # counts only: the text itself never reaches the database or a log

@@ -37,7 +37,7 @@ def run(message_id: int, s: Settings | None = None) -> Status | str:
             return sql.why_not(conn, STAGE, message_id)
         msg = ParsedMessage.from_claim(claim.state, sql.attachments(conn, message_id))
     # clamd is called with no transaction open and no connection held
-    with sql.releasing_on_error(claim):
+    with sql.working(claim):
         rows = list(msg.attachments)
         found = verdicts(rows, files.payloads(msg.files_state(), rows), s) if rows else {}
         unsafe = {i: v for i, v in found.items() if v.status != "clean"}
