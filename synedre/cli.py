@@ -167,7 +167,7 @@ def _intent(r: dict) -> str:
 
 
 def _client(r: dict) -> str:
-    return f"{r['client']['codename']} ({r['client']['source']})" if r["client"] else ""
+    return f"{r['client']['codename'] or 'no client'} ({r['client']['source']})" if r["client"] else ""
 
 
 def _waiting(r: dict) -> str | None:

@@ -72,11 +72,18 @@ def check_redis() -> Check:
         if info.get("maxmemory_policy") != "noeviction":
             notes.append(f"WARNING maxmemory-policy is {info.get('maxmemory_policy')}, not noeviction: "
                          "locks and queued tasks can be evicted")
-        if not info.get("aof_enabled") and not info.get("rdb_last_save_time"):
-            notes.append("WARNING no persistence (AOF off): a restart loses queued tasks")
+        if not info.get("aof_enabled") and not _rdb_saves(r):
+            notes.append("WARNING no persistence (AOF off, no RDB saves): a restart loses queued tasks")
         return "; ".join(["reachable", *notes])
     c = _timed("redis", probe)
     return Check(c.name, c.ok and "WARNING" not in c.detail, c.detail)
+
+
+def _rdb_saves(r: Any) -> bool:
+    try:
+        return bool((r.config_get("save") or {}).get("save"))
+    except Exception:  # CONFIG may be disabled on a managed Redis: assume it persists
+        return True
 
 
 def check_clamd(s: Settings) -> Check:
@@ -109,12 +116,22 @@ def check_imap(s: Settings) -> list[Check]:
 
 
 def check_llm_keys(s: Settings) -> list[Check]:
-    """A key for every provider the AI routing table uses (missing keys are skipped by the
-    facade; a feature whose every provider lacks one cannot be served)."""
+    """Per feature of the AI routing table: is there a key for at least one of its routes?
+    (the facade skips a provider without a key; `local` needs none)."""
+    from synedre import db
+
+    try:
+        with db.transaction() as conn:
+            rows = conn.execute("SELECT feature, provider, fallbacks FROM synedre.ai_routing ORDER BY feature").fetchall()
+    except Exception as exc:
+        return [Check("llm", False, f"routing table unreadable: {type(exc).__name__}")]
     out = []
-    for provider in ("mistral", "openai", "anthropic"):
-        key, why = s.resolve_key(provider)
-        out.append(Check(f"llm:{provider}", key is not None, "key configured" if key is not None else why or ""))
+    for r in rows:
+        providers = [r["provider"], *[f.get("provider") for f in r["fallbacks"] or []]]
+        keyed = [p for p in providers if p == "local" or s.resolve_key(p)[0] is not None]
+        reasons = [why for p in providers if p != "local" and (why := s.resolve_key(p)[1])]
+        out.append(Check(f"llm:{r['feature']}", bool(keyed),
+                         f"served by {keyed[0]}" if keyed else "; ".join(reasons) or "no route"))
     return out
 
 
