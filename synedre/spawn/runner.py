@@ -8,6 +8,7 @@ itself, and hands typed events to `on_events`.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
@@ -24,8 +25,7 @@ import pexpect
 
 from synedre.log import log
 from synedre.spawn.redact import Redactor
-from synedre.spawn.stream import Event, LineReader, ResultMessage, StreamParseError, SystemInit, \
-    parse_event
+from synedre.spawn.stream import Event, LineReader, ResultMessage, StreamParseError, SystemInit, parse_event
 
 IDLE_EXIT, HARD_EXIT = 125, 124
 # Linux refuses (E2BIG) one argument longer than MAX_ARG_STRLEN = 32 pages, 128 KiB with
@@ -101,11 +101,18 @@ def _fit_arg(text: str, what: str) -> str:
 
 def build_argv(claude_bin: str, *, add_dir: str | Path, prompt: str, system_prompt: str, model: str,
                resume_session: str | None = None, max_turns: int | None = None,
-               allowed_tools: str | Sequence[str] | None = None, strict_mcp: bool = True,
+               allowed_tools: str | Sequence[str] | None = None,
+               disallowed_tools: str | Sequence[str] | None = None, strict_mcp: bool = True,
                max_budget_usd: float | None = None) -> list[str]:
     """The CLI's argv in SPEC §8's order: `--add-dir` is variadic, so it comes right after
     `-p`, and the prompt is last. A prompt over MAX_ARG_BYTES is truncated and says so; a
-    system prompt that long is our own bug (cutting it would drop guard rails): ValueError."""
+    system prompt that long is our own bug (cutting it would drop guard rails): ValueError.
+
+    `allowed_tools` goes out twice: as `--tools` (the tool names alone), because under
+    bypassPermissions `--allowed-tools` approves but does not restrict and `--tools` is what
+    takes every other built-in tool away; and as `--allowed-tools`, as SPEC §8 asks. The
+    three tool options are variadic too: each is one comma-joined argument, ended by the
+    next option."""
     if len(system_prompt.encode("utf-8")) > MAX_ARG_BYTES:
         raise ValueError(f"system prompt exceeds {MAX_ARG_BYTES} bytes")
     argv = [claude_bin, "-p", "--add-dir", str(add_dir)]
@@ -118,13 +125,26 @@ def build_argv(claude_bin: str, *, add_dir: str | Path, prompt: str, system_prom
     if max_turns is not None:
         argv += ["--max-turns", str(max_turns)]
     if allowed_tools is not None:
-        argv += ["--allowed-tools",
-                 allowed_tools if isinstance(allowed_tools, str) else ",".join(allowed_tools)]
+        allowed = _tool_list(allowed_tools)
+        names = list(dict.fromkeys(rule.split("(", 1)[0] for rule in allowed))
+        argv += ["--tools", ",".join(names)]  # "" = no built-in tool at all
+        if allowed:
+            argv += ["--allowed-tools", ",".join(allowed)]
+    if disallowed_tools is not None and _tool_list(disallowed_tools):
+        argv += ["--disallowed-tools", ",".join(_tool_list(disallowed_tools))]
     if max_budget_usd is not None:
         argv += ["--max-budget-usd", str(float(max_budget_usd))]
     argv += ["--append-system-prompt", system_prompt, "--permission-mode", "bypassPermissions",
              _fit_arg(prompt, "prompt")]
     return argv
+
+
+def _tool_list(tools: str | Sequence[str]) -> list[str]:
+    items = tools.split(",") if isinstance(tools, str) else list(tools)
+    for rule in items:  # a comma inside a rule would split it in two on the CLI's side
+        if "," in rule:
+            raise ValueError(f"tool rule {rule!r} contains a comma")
+    return [rule.strip() for rule in items if rule.strip()]
 
 
 class _EventWriter:
@@ -222,6 +242,12 @@ def _signal_all(pgid: int, pids: list[int], sig: int) -> None:
             continue
 
 
+def _before_exec(umask: int | None) -> None:
+    _die_with_parent()
+    if umask is not None:
+        os.umask(umask)
+
+
 def _die_with_parent() -> None:
     """In the child before exec: SIGKILL it if the worker process dies, even by SIGKILL,
     so a killed worker leaves no agent running (Linux; a no-op elsewhere)."""
@@ -310,7 +336,7 @@ def _drain(child: pexpect.spawn, stream: _Stream) -> None:
 def run(argv: list[str], *, cwd: str | Path, env: dict[str, str], limits: Limits, redactor: Redactor,
         on_events: Callable[[Batch], None], ndjson_path: Path | None,
         on_session: Callable[[str], None] | None = None,
-        stop: threading.Event | None = None) -> RunOutcome:
+        stop: threading.Event | None = None, umask: int | None = None) -> RunOutcome:
     """Run the CLI to its end and kill everything it started, on every path.
 
     Stop reasons: "result" (the result event came; the process got `result_grace_s` to
@@ -318,7 +344,8 @@ def run(argv: list[str], *, cwd: str | Path, env: dict[str, str], limits: Limits
     "idle", "hard", "budget" (Limits), "interrupted" (`stop` set by the caller: worker
     shutdown), "error" (spawn failure, persistence callback failure, a bug: `error` holds
     the exception). KeyboardInterrupt / SystemExit kill everything too, then propagate.
-    The NDJSON file is appended to, never truncated."""
+    The NDJSON file is appended to, never truncated. `umask`, when given, is set in the
+    child before exec, whatever the calling process's umask is at that moment."""
     started = time.monotonic()
     writer = _EventWriter(on_events)
     ndjson = ndjson_path.open("ab") if ndjson_path else None
@@ -329,7 +356,7 @@ def run(argv: list[str], *, cwd: str | Path, env: dict[str, str], limits: Limits
     try:
         child = pexpect.spawn(argv[0], argv[1:], cwd=str(cwd), env={**env, RUN_TOKEN_VAR: token},
                               dimensions=(50, 200), echo=False, encoding=None,
-                              preexec_fn=_die_with_parent)
+                              preexec_fn=functools.partial(_before_exec, umask))
         reason = _read(child, stream, writer, limits, started, stop)
     except Exception as exc:  # noqa: BLE001 - returned as stop_reason "error" for the caller to audit
         reason, error = "error", exc

@@ -1,11 +1,13 @@
 """Git worktrees for agent launches (SPEC §8 Workspace).
 
 Each launch gets a worktree on a new branch `synedre/<name>` forked from the
-pre-production branch, so concurrent agents never share a working tree. After the
-agent commits, `merge_back` merges the branch into the trunk only if the trunk is
-clean and on that branch; it never stashes and never resets the trunk. Any failure of
-the worktree mechanism falls back to the trunk (`isolated=False`) with the reason
-recorded: a run is never lost because git misbehaved.
+pre-production branch, so concurrent agents never share a working tree. The caller
+merges back only after a successful verdict: a failed, stopped or salvaged run's commits
+stay on their branch, which `close_workspace` keeps. `merge_back` merges the branch into
+the trunk only if the trunk is clean and on that branch; it never stashes and never
+resets the trunk. Any failure of the worktree mechanism falls back to the trunk
+(`isolated=False`) with the reason recorded: a run is never lost because git misbehaved
+(there, the agent commits on the trunk itself, verdict or not).
 
 Every git operation that changes a repository's worktrees or branches runs under
 `repo_lock`, one lock per repository shared by every process on the host.
@@ -14,6 +16,7 @@ A worktree holding uncommitted work (untracked files included) is never deleted.
 from __future__ import annotations
 
 import fcntl
+import os
 import re
 import subprocess
 import time
@@ -97,7 +100,7 @@ def repo_lock(repo: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise WorkspaceError(f"{repo}: repository lock busy for {timeout_s:g} s")
+                    raise WorkspaceError(f"{repo}: repository lock busy for {timeout_s:g} s") from None
                 time.sleep(_LOCK_POLL_S)
         try:
             yield
@@ -169,6 +172,64 @@ def commits_since(ws: Workspace) -> list[str]:
     tip = ws.branch or "HEAD"
     lines = _out(ws.repo, "log", "--reverse", "--format=%H %s", f"{ws.base_sha}..{tip}")
     return lines.splitlines()
+
+
+def committed_paths(ws: Workspace) -> list[str]:
+    """Every path the agent's commits since it started added or changed (deletions aside),
+    in any of them, even if a later commit removed it again."""
+    if ws.base_sha is None:
+        return []
+    tip = ws.branch or "HEAD"
+    out = _out(ws.repo, "log", "--reverse", "--format=", "--name-only", "--no-renames", "--diff-filter=d",
+               "-z", f"{ws.base_sha}..{tip}")
+    return list(dict.fromkeys(p.strip("\n") for p in out.split("\0") if p.strip("\n")))
+
+
+def read_file(path: Path, limit: int = 256 * 1024) -> str | None:
+    """A (possibly half-written) file, at most `limit` bytes of it; None if absent (salvage)."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(limit).decode("utf-8", errors="replace")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+
+
+PRIVATE_UMASK = 0o077
+
+
+@contextmanager
+def private_files() -> Iterator[None]:
+    """Everything created inside is private to the fleet's user: directories 0700, files
+    0600 (executables checked out by git keep only u+x). The agent's CLI and every tool it
+    runs inherit the umask when they are started inside.
+
+    Why a umask, which is process-wide: it is the only way to reach what git, the CLI and
+    the agent's tools create, which no explicit chmod of ours sees. It is safe because the
+    spawn worker is prefork with one launch per process at a time, and the threads running
+    beside a launch (lock heartbeats, the event writer) create no file. What the launch
+    does to shared state — the merge into the trunk, whose files keep the repository's
+    usual modes — runs after the block, under the process's own umask again. A repository
+    shared between OS users sets `core.sharedRepository`, which git applies over the umask
+    to what it writes in the git directory."""
+    previous = os.umask(PRIVATE_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def private_dir(path: Path) -> Path:
+    """`path` and its missing parents, 0700 even if it existed with other modes."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """An empty file (kept if present), 0600."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    path.chmod(0o600)
+    return path
 
 
 def read_partial(ws: Workspace, relpath: str) -> str | None:

@@ -297,7 +297,7 @@ def test_spec_flags_against_the_pinned_cli(repo, home, api_factory):
              "--exclude-dynamic-system-prompt-sections", "--strict-mcp-config", "--output-format",
              "--verbose", "--include-partial-messages", "--include-hook-events", "--model",
              "--max-turns", "--allowed-tools", "--append-system-prompt", "--permission-mode",
-             "--max-budget-usd"]
+             "--max-budget-usd", "--tools", "--disallowed-tools"]
     in_help = {f: (f in help_text) for f in flags}
     findings: dict[str, str] = {}
 
@@ -321,6 +321,19 @@ def test_spec_flags_against_the_pinned_cli(repo, home, api_factory):
     findings["full SPEC order + --allowed-tools + --max-budget-usd"] = "accepted" if ok(run) else run.raw[-300:]
     # The prompt was not eaten by a variadic option.
     assert ok(run)
+
+    # What synedre.spawn.runner.build_argv adds for the tool policy: --tools, then the deny
+    # rules (spaces inside a rule included) as one variadic argument, ended by the next option.
+    args = spec_args(str(repo), PROMPT, SYSTEM, allowed_tools="Bash,Read", max_budget_usd=5)
+    i = args.index("--allowed-tools")
+    args[i:i] = ["--tools", "Bash,Read"]
+    i = args.index("--max-budget-usd")
+    args[i:i] = ["--disallowed-tools", "Bash(git stash:*),Bash(git reset --hard:*),WebFetch"]
+    run, api = once(args, ScriptedModel([[bash("git reset --hard HEAD")], [text("hi")]]))
+    assert ok(run) and set(api.main_requests()[0].tools) - {"DeferredToolPlaceholder"} == {"Bash", "Read"}
+    assert [d["tool_input"]["command"] for d in run.result["permission_denials"]] == ["git reset --hard HEAD"]
+    assert "Handle the scripted task." in json.dumps(api.main_requests()[0].body["messages"])
+    findings["--tools + --disallowed-tools"] = "accepted; tools narrowed, deny rule with spaces applied"
 
     # Optional parts left out.
     run, _ = once(spec_args(str(repo), PROMPT, SYSTEM, strict_mcp=False, max_turns=None),

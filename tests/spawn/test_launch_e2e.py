@@ -3,16 +3,20 @@ scripted Messages API, a real git repository, PostgreSQL and Redis."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from synedre.config import Settings
 from synedre.ingest.poll import ingest_one
+from synedre.spawn.tools import DEFAULT_TOOLS
 from tests.conftest import CORPUS
 from tests.services import stack
 from tests.services.claude_api import ScriptedModel, bash, start_claude_api
@@ -30,7 +34,7 @@ CONTRACT = json.dumps({"ok": True, "tenant": "dupont", "routes_to_qa": ["/"], "c
 def agent_script(extra=()):
     return ScriptedModel([
         [bash("git status --short")],
-        [bash(f"mkdir -p .synedre && printf '%s' '{CONTRACT}' > .synedre/contract.json")],
+        [bash(f"printf '%s' '{CONTRACT}' > \"$SYNEDRE_CONTRACT_PATH\"")],
         *extra,
         [bash("f=fix-$(basename $PWD).txt && pwd > $f && git add $f && git commit -qm 'agent commit'")],
     ])
@@ -49,18 +53,18 @@ def repo(tmp_path):
     return path
 
 
-def make_launchable(url, tmp_path, n=1, intent="run", complexity="leger") -> list[int]:
+def make_launchable(url, tmp_path, n=1, intent="run", complexity="leger", tag="") -> list[int]:
     raw = (CORPUS / "cases" / "P02-client-direct-question.eml").read_bytes()
     ids = []
     with psycopg.connect(url, autocommit=True) as conn:
         for i in range(n):
-            one = raw.replace(b"Message-ID: <", f"Message-ID: <l{intent}{complexity}{i}.".encode(), 1)
+            one = raw.replace(b"Message-ID: <", f"Message-ID: <l{tag}{intent}{complexity}{i}.".encode(), 1)
             uid = int(time.time() * 1000) % 10**9 + i
             mid = ingest_one(one, "atlas", 1, uid, Settings(state_dir=tmp_path), lambda _: None)
             run = conn.execute("INSERT INTO synedre.runs (ref_type, ref_id, title, complexity)"
                                " VALUES ('atlas_inbox', %s, 't', %s) RETURNING id",
                                (str(mid), complexity)).fetchone()[0]
-            conn.execute("UPDATE synedre.email_states SET status = 'classified', intent = %s, complexity = %s,"
+            conn.execute("UPDATE synedre.email_states SET status = 'materialized', intent = %s, complexity = %s,"
                          " confidence = 0.9, rationale = 'r', run_id = %s WHERE message_id = %s",
                          (intent, complexity, run, mid))
             ids.append(mid)
@@ -134,6 +138,21 @@ def test_run_leger_and_run_plan_launch_once_commit_merge_and_record_everything(s
     # the right system prompts reached the model
     systems = [json.dumps(r.body.get("system")) for r in api.main_requests()]
     assert any("Plan mode" in s for s in systems) and any("atomic task" in s for s in systems)
+    # each launch fenced its request with its own token, the one its system prompt names
+    tokens = set()
+    for r in api.main_requests():
+        request = json.dumps(r.body["messages"][0])
+        token, = set(re.findall(r"<<<COVER ([0-9a-f]{32})>>>", request))
+        assert f"<<<END NAME {token}>>>" in json.dumps(r.body["system"])
+        tokens.add(token)
+    assert len(tokens) == 2
+    # the tools each launch really got, and where its contract was: outside the repository
+    for kind, tools_record, contract_path in q(url, "SELECT system_prompt, agent_tools, contract_path"
+                                                    " FROM synedre.launches"):
+        assert tools_record["allowed"] == list(DEFAULT_TOOLS[kind])
+        assert "Bash(git stash:*)" in tools_record["disallowed"]
+        assert contract_path.startswith(str(tmp_path / "state")) and not Path(contract_path).is_relative_to(repo)
+    assert "contract" not in git(repo, "log", "preprod", "--name-only", "--format=")
     # (6) no secret in the events table, the NDJSON logs, or the worker's log
     dump = json.dumps([p for p, in q(url, "SELECT payload FROM synedre.launch_events")])
     ndjson = "".join((tmp_path / "state").rglob("events.ndjson").__next__().read_text() for _ in [0])
@@ -256,8 +275,8 @@ def test_idle_and_hard_timeouts_stop_the_agent_with_124_or_125_and_salvage(servi
     url = services["db"]
     idle_mid, = make_launchable(url, tmp_path)
     commit = [bash("f=early-$(basename $PWD).txt && pwd > $f && git add $f && git commit -qm 'early commit'")]
-    api, env = launch_env(ScriptedModel([commit, [bash(f"mkdir -p .synedre && printf '%s' '{CONTRACT[:40]}'"
-                                                       " > .synedre/contract.json")], Sleep(30)]))
+    api, env = launch_env(ScriptedModel([commit, [bash(f"printf '%s' '{CONTRACT[:40]}'"
+                                                       " > \"$SYNEDRE_CONTRACT_PATH\"")], Sleep(30)]))
     worker = stack.celery_worker({**env, "SYNEDRE_IDLE_TIMEOUT_S": "3"}, services["logs"], queues="spawn")
     try:
         from tasks.app import app
@@ -324,3 +343,112 @@ def test_sigkill_of_the_worker_leaves_no_agent_and_the_message_is_never_launched
     assert q(url, "SELECT status FROM synedre.email_states WHERE message_id = %s", mid) == [("spawn_failed",)]
     sessions = {r.headers.get("x-claude-code-session-id") for r in api.main_requests()}
     assert len(sessions) == 1
+
+
+def launch_one(services, launch_env, tmp_path, model, tag=""):
+    """One message, launched on its own worker against `model`: its id, launch row and API."""
+    url = services["db"]
+    mid, = make_launchable(url, tmp_path, tag=tag)
+    api, env = launch_env(model)
+    worker = stack.celery_worker(env, services["logs"], queues="spawn")
+    try:
+        from tasks.app import app
+        app.send_task("synedre.spawn", args=[mid])
+        stack.wait_for(lambda: q(url, "SELECT 1 FROM synedre.launches WHERE message_id = %s AND status <> 'running'",
+                                 mid), 120, "the launch to finish", interval=0.5)
+    finally:
+        worker.stop()
+        api.stop()
+    (row,) = q(url, "SELECT status, stop_reason, branch, salvage, contract_path, id FROM synedre.launches"
+                    " WHERE message_id = %s", mid)
+    return mid, row, api
+
+
+def test_a_run_with_an_invalid_contract_leaves_the_trunk_as_it_was_and_its_commits_on_its_branch(
+        services, launch_env, repo, tmp_path):
+    trunk = git(repo, "rev-parse", "preprod").strip()
+    invalid = json.dumps({"ok": "yes", "tenant": "dupont", "commits": [], "summary_md": "fixed"})
+    model = ScriptedModel([[bash(f"printf '%s' '{invalid}' > \"$SYNEDRE_CONTRACT_PATH\"")],
+                           [bash("echo fix > fix.txt && git add fix.txt && git commit -qm 'unverified fix'")]])
+
+    mid, (status, reason, branch, salvage, _, _), _ = launch_one(services, launch_env, tmp_path, model)
+
+    assert (status, reason) == ("failed", "invalid_contract")
+    assert git(repo, "rev-parse", "preprod").strip() == trunk  # the trunk did not move...
+    assert git(repo, "status", "--porcelain") == "" and not (repo / "fix.txt").exists()
+    tip = git(repo, "rev-parse", branch).strip()  # ...the commit is on the launch's branch...
+    assert git(repo, "log", "-1", "--format=%s", branch).strip() == "unverified fix"
+    assert salvage["branch"] == branch and [c.split(" ", 1)[0] for c in salvage["commits"]] == [tip]
+    assert salvage["merge"] is None and salvage["contract_errors"]  # ...named in the launch record
+    assert q(services["db"], "SELECT status FROM synedre.email_states WHERE message_id = %s", mid) == \
+        [("spawn_failed",)]
+
+
+def test_a_run_without_a_contract_right_after_a_successful_run_of_the_same_repository_ends_invalid_contract(
+        services, launch_env, repo, tmp_path):
+    # the first agent commits with `git add -A`, which once swept its contract onto the trunk
+    first = ScriptedModel([[bash(f"printf '%s' '{CONTRACT}' > \"$SYNEDRE_CONTRACT_PATH\"")],
+                           [bash("echo one > one.txt && git add -A && git commit -qm 'first agent'")]])
+    _, (status, _, _, _, first_contract, _), _ = launch_one(services, launch_env, tmp_path, first, tag="first")
+    assert status == "succeeded"
+    assert git(repo, "log", "-1", "--format=%s", "preprod").strip() == "first agent"
+    assert git(repo, "ls-tree", "-r", "--name-only", "preprod").split() == ["README", "one.txt"]
+    trunk = git(repo, "rev-parse", "preprod").strip()
+
+    second = ScriptedModel([[bash("echo two > two.txt && git add -A && git commit -qm 'second agent'")]])
+    _, (status, reason, branch, salvage, contract_path, _), _ = launch_one(services, launch_env, tmp_path, second,
+                                                                          tag="second")
+
+    assert (status, reason) == ("failed", "invalid_contract")
+    assert contract_path != first_contract and not os.path.exists(contract_path)
+    assert any("missing" in e for e in salvage["contract_errors"])
+    assert git(repo, "rev-parse", "preprod").strip() == trunk and git(repo, "rev-parse", branch) != trunk
+
+
+def test_a_run_that_commits_a_contract_file_is_refused_and_stays_off_the_trunk(
+        services, launch_env, repo, tmp_path):
+    trunk = git(repo, "rev-parse", "preprod").strip()
+    model = ScriptedModel([[bash(f"printf '%s' '{CONTRACT}' > \"$SYNEDRE_CONTRACT_PATH\" && mkdir -p .synedre"
+                                 " && cp \"$SYNEDRE_CONTRACT_PATH\" .synedre/contract.json")],
+                           [bash("git add -A && git commit -qm 'fix with its contract'")]])
+
+    _, (status, reason, branch, salvage, _, _), _ = launch_one(services, launch_env, tmp_path, model)
+
+    assert (status, reason) == ("failed", "contract_committed")
+    assert salvage["contract_committed"] == [".synedre/contract.json"]
+    assert git(repo, "rev-parse", "preprod").strip() == trunk
+    assert ".synedre/contract.json" in git(repo, "ls-tree", "-r", "--name-only", branch)
+
+
+def test_a_finished_launch_keeps_every_file_it_created_private(services, launch_env, repo, tmp_path):
+    # the agent lists its worktree while it exists (a clean one is removed at the end)
+    listing = "find \"$PWD\" -path \"$PWD/.git\" -prune -o -printf '%m %y %p\\n'"
+    model = ScriptedModel([[bash(f"printf '%s' '{CONTRACT}' > \"$SYNEDRE_CONTRACT_PATH\"")],
+                           [bash("mkdir -p src && echo x > src/new.py && git add src"
+                                 " && git commit -qm 'agent commit'")],
+                           [bash(listing)]])
+
+    _, (status, _, _, _, contract_path, launch_id), api = launch_one(services, launch_env, tmp_path, model)
+
+    assert status == "succeeded"
+    base = tmp_path / "state" / "launches" / str(launch_id)
+    walked = [base, *base.rglob("*")]
+    names = {p.relative_to(base).as_posix() for p in walked}
+    assert {"home", "home/tmp", "events.ndjson", Path(contract_path).name} <= names, names
+    worktrees = repo.parent / ".synedre-worktrees" / repo.name
+    bad = []
+    for p in [*walked, worktrees]:
+        if p.is_symlink():
+            continue
+        mode = p.stat().st_mode & 0o777
+        if mode != (0o700 if p.is_dir() else 0o600):
+            bad.append(f"{mode:o} {p}")
+    assert bad == []
+    # (with --max-budget-usd the CLI ends each request with a system message: the listing is
+    # in the last *user* message, the result of step 2)
+    last = [r for r in api.main_requests() if r.step == 3][0]
+    results, = [m["content"] for m in last.body["messages"] if m["role"] == "user"][-1:]
+    output = "\n".join(b["content"] for b in results if b.get("type") == "tool_result")
+    listed = [line.split(" ", 2) for line in output.splitlines() if line[:1].isdigit()]
+    assert any(p.endswith("/src/new.py") for _, _, p in listed) and len(listed) >= 4
+    assert [f"{m} {p}" for m, kind, p in listed if m != ("700" if kind == "d" else "600")] == []

@@ -298,13 +298,16 @@ def test_failing_persistence_ends_the_run_as_error_and_kills_the_group(repo, api
 
 def test_build_argv_follows_the_spec_order():
     full = build_argv("/usr/bin/claude", add_dir="/w/tree", prompt="do it", system_prompt="SYS",
-                      model="opus", max_turns=40, allowed_tools=["Bash", "Write"], max_budget_usd=2.5)
+                      model="opus", max_turns=40, allowed_tools=["Bash", "Write"],
+                      disallowed_tools=["Bash(git stash:*)", "Bash(git reset --hard:*)", "WebFetch"],
+                      max_budget_usd=2.5)
     assert full == [
         "/usr/bin/claude", "-p", "--add-dir", "/w/tree", "--no-session-persistence",
         "--exclude-dynamic-system-prompt-sections", "--strict-mcp-config",
         "--output-format", "stream-json", "--verbose", "--include-partial-messages",
         "--include-hook-events", "--model", "opus", "--max-turns", "40",
-        "--allowed-tools", "Bash,Write", "--max-budget-usd", "2.5",
+        "--tools", "Bash,Write", "--allowed-tools", "Bash,Write",
+        "--disallowed-tools", "Bash(git stash:*),Bash(git reset --hard:*),WebFetch", "--max-budget-usd", "2.5",
         "--append-system-prompt", "SYS", "--permission-mode", "bypassPermissions", "do it"]
     minimal = build_argv("claude", add_dir="/w", prompt="p", system_prompt="S", model="sonnet",
                          resume_session="sess-1", strict_mcp=False)
@@ -314,6 +317,19 @@ def test_build_argv_follows_the_spec_order():
         "--output-format", "stream-json", "--verbose", "--include-partial-messages",
         "--include-hook-events", "--model", "sonnet",
         "--append-system-prompt", "S", "--permission-mode", "bypassPermissions", "p"]
+
+
+def test_tool_rules_narrow_the_available_tools_to_their_names():
+    argv = build_argv("claude", add_dir="/w", prompt="p", system_prompt="S", model="sonnet",
+                      allowed_tools="Bash(git commit:*),Bash(git log:*),Read", disallowed_tools=[])
+    assert argv[argv.index("--tools") + 1] == "Bash,Read"
+    assert argv[argv.index("--allowed-tools") + 1] == "Bash(git commit:*),Bash(git log:*),Read"
+    assert "--disallowed-tools" not in argv
+    none = build_argv("claude", add_dir="/w", prompt="p", system_prompt="S", model="sonnet", allowed_tools=[])
+    assert none[none.index("--tools") + 1] == "" and "--allowed-tools" not in none
+    with pytest.raises(ValueError, match="comma"):
+        build_argv("claude", add_dir="/w", prompt="p", system_prompt="S", model="sonnet",
+                   disallowed_tools=["Bash(echo a,b)"])
 
 
 def test_a_prompt_over_the_argument_limit_is_truncated_and_says_so():
@@ -343,3 +359,23 @@ def test_the_cli_accepts_a_truncated_huge_prompt(repo, api_factory, monkeypatch)
     assert outcome.stop_reason == "result" and outcome.exit_code == 0, outcome
     sent = json.dumps(api.main_requests()[0].body["messages"])
     assert "truncated" in sent and "x" * 100_000 in sent
+
+
+@needs_claude
+@pytest.mark.timeout(120)
+def test_the_agent_runs_under_the_umask_it_is_given(repo, api_factory):
+    api = api_factory(ScriptedModel([[bash("mkdir made && echo x > made/file && umask > umask.txt")],
+                                     [text("done")]]))
+    home = repo.parent / "home"
+    home.mkdir()
+    argv = build_argv(CLAUDE, add_dir=repo, prompt=PROMPT, system_prompt=SYSTEM, model="sonnet")
+    before = os.umask(0o022)  # what the worker process has: the child must not depend on it
+    try:
+        outcome = run(argv, cwd=repo, env=cli_env(api.url, home), limits=Limits(budget_s=60), redactor=Redactor(),
+                      on_events=Collector(), ndjson_path=None, umask=0o077)
+    finally:
+        os.umask(before)
+    assert outcome.stop_reason == "result"
+    assert (repo / "umask.txt").read_text().strip() == "0077"
+    assert (repo / "made").stat().st_mode & 0o777 == 0o700
+    assert (repo / "made" / "file").stat().st_mode & 0o777 == 0o600

@@ -10,8 +10,19 @@ from pathlib import Path
 import pytest
 
 from synedre.spawn.workspace import (
-    WorkspaceError, close_workspace, commits_since, merge_back, open_workspace,
-    prune_stale, read_partial, repo_lock,
+    WorkspaceError,
+    close_workspace,
+    commits_since,
+    committed_paths,
+    merge_back,
+    open_workspace,
+    private_dir,
+    private_file,
+    private_files,
+    prune_stale,
+    read_file,
+    read_partial,
+    repo_lock,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -248,3 +259,57 @@ def test_salvage_on_the_trunk_sees_commits_made_since_the_start(repo):
     commit(repo, "fix.py", "x\n", "agent commit on trunk")
     assert [c.split(" ", 1)[1] for c in commits_since(ws)] == ["agent commit on trunk"]
     assert not merge_back(ws).merged
+
+
+def test_committed_paths_lists_what_the_agent_committed_even_if_removed_later(repo):
+    ws = open_ws(repo)
+    (ws.path / ".synedre").mkdir()
+    commit(ws.path, ".synedre/contract.json", "{}", "with a contract")
+    git(ws.path, "rm", "-q", ".synedre/contract.json")
+    commit(ws.path, "odd name\twith tab.py", "x\n", "and a strange name")
+    assert committed_paths(ws) == [".synedre/contract.json", "odd name\twith tab.py"]
+    assert committed_paths(open_ws(repo, name="msg-2")) == []
+
+
+def test_committed_paths_on_the_trunk_counts_from_the_start(repo):
+    commit(repo, "before.py", "x\n", "before the launch")
+    ws = open_ws(repo, disabled=True)
+    commit(repo, "after.py", "y\n", "agent commit on trunk")
+    assert committed_paths(ws) == ["after.py"]
+
+
+def test_a_failed_runs_branch_is_kept_with_its_commits_when_not_merged(repo):
+    trunk = git(repo, "rev-parse", "preprod")
+    ws = open_ws(repo)
+    commit(ws.path, "fix.py", "x = 1\n", "unverified work")
+    assert close_workspace(ws)  # no merge_back: the verdict was not a success
+    assert git(repo, "rev-parse", "preprod") == trunk and not (repo / "fix.py").exists()
+    assert git(repo, "log", "-1", "--format=%s", "synedre/msg-1") == "unverified work"
+
+
+def test_files_made_inside_private_files_are_private_and_the_umask_comes_back(tmp_path):
+    before = os.umask(0o022)
+    try:
+        with private_files():
+            d = private_dir(tmp_path / "a" / "b")
+            f = private_file(d / "events.ndjson")
+            (d / "plain.txt").write_text("x")
+            subprocess.run(["sh", "-c", f"mkdir {d}/child && touch {d}/child/f"], check=True)
+        assert os.umask(0o022) == 0o022
+    finally:
+        os.umask(before)
+    for path in (tmp_path / "a", d, d / "child"):
+        assert path.stat().st_mode & 0o777 == 0o700, path
+    for path in (f, d / "plain.txt", d / "child" / "f"):
+        assert path.stat().st_mode & 0o777 == 0o600, path
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o755)
+    loose.chmod(0o755)
+    assert private_dir(loose).stat().st_mode & 0o777 == 0o700  # an existing directory is tightened
+
+
+def test_read_file_is_bounded_and_none_when_absent(tmp_path):
+    (tmp_path / "c.json").write_text('{"ok": tr')
+    assert read_file(tmp_path / "c.json") == '{"ok": tr'
+    assert read_file(tmp_path / "c.json", limit=3) == '{"o'
+    assert read_file(tmp_path / "missing.json") is None
