@@ -3,7 +3,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from synedre import ROOT
@@ -41,6 +41,8 @@ class Settings(BaseSettings):
     max_scan_bytes: int = 50 * 1024 * 1024  # per message
     ocr_languages: str = "fra+eng"
     ocr_timeout_s: float = 60.0
+    llm_retries: int = 5  # an unreachable LLM is retried this many times, then classify_failed
+    llm_retry_base_s: float = 10.0  # first retry delay, doubled each time (capped at 300 s)
 
     # Launch (SPEC §8)
     spawn_disabled: bool = False  # the environment kill switch
@@ -57,6 +59,9 @@ class Settings(BaseSettings):
     max_concurrent_launches: int = 3
     spawn_slot_retry_s: float = 30.0  # a launch finding every slot taken comes back after this
     agent_is_sandbox: bool = False  # IS_SANDBOX=1 for the CLI: only inside a sandbox, as root
+    # Comma list of the agent's tools to keep, from the built-in lists of synedre.spawn.tools;
+    # unset = all of them. It can only narrow (SPEC §13): another name fails at load.
+    agent_tools: str | None = None
     db_timeout_s: float = 10.0
 
     # AI facade: a key comes from SYNEDRE_<PROVIDER>_API_KEY, else from the file
@@ -68,6 +73,16 @@ class Settings(BaseSettings):
     anthropic_api_key: SecretStr | None = None
     anthropic_base_url: str | None = None  # without /v1
     ai_keys_dir: Path | None = None
+    # Flower's own variable ("user:pass[,user2:pass2]"), read here only to redact it.
+    flower_basic_auth: SecretStr | None = Field(default=None, validation_alias="FLOWER_BASIC_AUTH")
+
+    @field_validator("agent_tools")
+    @classmethod
+    def _agent_tools_only_narrow(cls, v: str | None) -> str | None:
+        from synedre.spawn.tools import configured  # the built-in lists live with the launch
+
+        configured(v)  # raises ToolsWidened (a ValueError) naming what would widen
+        return v
 
     def resolve_key(self, provider: str) -> tuple[SecretStr | None, str | None]:
         """(key, None) when a key is configured, else (None, the readable reason)."""
@@ -89,13 +104,36 @@ class Settings(BaseSettings):
         return SecretStr(value), None
 
     def secret_values(self) -> list[str]:
-        """Every configured key value, so error texts can be scrubbed of them."""
+        """Every configured secret value, so streams and error texts can be scrubbed of them:
+        the AI keys, the database and broker passwords (as written in the URL and decoded),
+        each mailbox's password (those whose variable is set; an absent or invalid registry
+        adds none), Flower's credentials (each user:pass and its password)."""
+        from urllib.parse import unquote, urlsplit
+
+        from synedre.mail.registry import RegistryError, load  # it imports this module
+
         values = []
         for provider in ("mistral", "openai", "anthropic"):
             key, _ = self.resolve_key(provider)
             if key is not None:
                 values.append(key.get_secret_value())
-        return values
+        for url in (self.database_url, self.broker_url):
+            try:
+                password = urlsplit(url or "").password
+            except ValueError:  # an invalid IPv6 host: the URL is unusable anyway
+                password = None
+            if password:
+                values += [password, unquote(password)]
+        if self.mailboxes_file is not None:
+            try:
+                boxes = list(load(self.mailboxes_file).values())
+            except (RegistryError, AttributeError, ValueError):  # ValueError: not UTF-8
+                boxes = []
+            values += [v for box in boxes if (v := secret_from_env(box.password_env))]
+        if self.flower_basic_auth is not None:
+            for pair in self.flower_basic_auth.get_secret_value().split(","):
+                values += [pair.strip(), pair.partition(":")[2].strip()]
+        return [v for v in dict.fromkeys(values) if v]
 
     @property
     def attachments_root(self) -> Path:

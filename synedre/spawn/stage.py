@@ -9,22 +9,23 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from synedre import ai, db, kv
-from synedre.classify import resolution
-from synedre.classify.split import split_cover_quoted
 from synedre.config import Settings, get_settings
-from synedre.db import launches, pipeline
-from synedre.ingest.mime import body_text
+from synedre.db import launches, pipeline as sql
 from synedre.log import log
+from synedre.message import ParsedMessage
 from synedre.orchestrate.contract import read_contract
-from synedre.spawn import locks, persona, prompt, routing, runner, workspace
+from synedre.pipeline import BY_NAME, Status
+from synedre.spawn import locks, persona, prompt, routing, runner, tools, workspace
 from synedre.spawn.redact import Redactor
 
 DEFAULT_AGENT = "atlas"
-SUCCESS_STATUS, FAILED_STATUS = "spawned", "spawn_failed"
+STAGE = BY_NAME["spawn"]
+SUCCESS_STATUS, FAILED_STATUS = Status.SPAWNED, Status.SPAWN_FAILED
 
 
 class NoSlot(Exception):
@@ -69,8 +70,9 @@ def db_coordinates(s: Settings) -> dict[str, str]:
                               "PGUSER": u.username or ""}.items() if v}
 
 
-def agent_env(s: Settings, launch_id: int, home: Path) -> dict[str, str]:
-    """What the agent gets, and nothing else: no database password, no other secret."""
+def agent_env(s: Settings, launch_id: int, home: Path, contract_path: Path | None = None) -> dict[str, str]:
+    """What the agent gets, and nothing else: no database password, no other secret.
+    The contract's path is there too, as well as in the system prompt."""
     env = {**db_coordinates(s),"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
            "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
            "CLAUDE_CODE_TMPDIR": str(home / "tmp"), "SYNEDRE_WORKER_CONTEXT": f"launch:{launch_id}",
@@ -83,11 +85,16 @@ def agent_env(s: Settings, launch_id: int, home: Path) -> dict[str, str]:
         env["ANTHROPIC_BASE_URL"] = s.anthropic_base_url
     if s.agent_is_sandbox:
         env["IS_SANDBOX"] = "1"
+    if contract_path is not None:
+        env["SYNEDRE_CONTRACT_PATH"] = str(contract_path)
     return env
 
 
-def succeeded(outcome: runner.RunOutcome, max_turns: int | None, contract_valid: bool) -> Result:
-    """SPEC §8: never trust the exit code alone."""
+def succeeded(outcome: runner.RunOutcome, max_turns: int | None, contract_valid: bool,
+              contract_committed: bool = False) -> Result:
+    """SPEC §8: never trust the exit code alone. A contract file in the agent's commits is
+    refused whatever it says: the launch's contract lives outside the repository, and one
+    that travels with the code could pass for a later launch's."""
     r = outcome.result
     if r is None:
         return Result(False, outcome.stop_reason)
@@ -97,22 +104,26 @@ def succeeded(outcome: runner.RunOutcome, max_turns: int | None, contract_valid:
         return Result(False, "permission_denials")
     if max_turns is not None and (r.num_turns or 0) > max_turns:
         return Result(False, "turn_cap_exceeded")
+    if contract_committed:
+        return Result(False, "contract_committed")
     if not contract_valid:
         return Result(False, "invalid_contract")
     return Result(True, "success")
 
 
-def run(message_id: int, s: Settings | None = None, stop: threading.Event | None = None) -> Result | None:
+def run(message_id: int, s: Settings | None = None, stop: threading.Event | None = None) -> Result | str:
+    """The launch's verdict, or (a str) why it did not launch now."""
     s = s or get_settings()
     r = kv.client()
     if reason := locks.spawn_disabled(r, s.spawn_disabled):
+        hold(message_id, f"held: launches paused ({reason})")
         log.warning("spawn_disabled", message=message_id, reason=reason)
-        return None
+        return f"held: launches paused ({reason})"
     lock = locks.MessageLock(r, str(message_id))
     if not lock.acquire():
         with db.transaction() as conn:
-            pipeline.audit(conn, message_id, "spawn_skipped_lock_held", holder=lock.holder())
-        return None
+            sql.audit(conn, message_id, "spawn_skipped_lock_held", holder=lock.holder())
+        return "another worker holds the launch lock"
     slot = locks.LaunchSemaphore(r, limit=s.max_concurrent_launches)
     beats = []
     try:
@@ -133,86 +144,129 @@ def run(message_id: int, s: Settings | None = None, stop: threading.Event | None
                 log.warning("spawn_release_failed", message=message_id, error=str(exc))
 
 
-def _launch(message_id: int, s: Settings, stop: threading.Event) -> Result | None:
+def hold(message_id: int, reason: str, until: datetime | None = None) -> None:
+    """Say why a launchable message waits (paused, no slot); audited once per reason."""
     with db.transaction() as conn:
-        state = pipeline.lock(conn, message_id, "classified")
+        row = conn.execute("SELECT status, waiting_reason FROM synedre.email_states WHERE message_id = %s",
+                           (message_id,)).fetchone()
+        if row is None or row["status"] not in STAGE.entry:
+            return
+        sql.set_waiting(conn, message_id, reason, until)
+        if row["waiting_reason"] != reason:
+            sql.audit(conn, message_id, "spawn_held", reason=reason)
+
+
+def _launch(message_id: int, s: Settings, stop: threading.Event) -> Result | str:
+    # 1. read what the launch needs, in one short read-only transaction
+    with db.transaction() as conn:
+        state = conn.execute(
+            """SELECT s.*, r.mailbox, r.message_id AS message_id_header, r.envelope_from, r.subject,
+                      r.dkim_pass, r.raw, c.codename AS client_codename
+                 FROM synedre.email_states s JOIN synedre.raw_messages r ON r.id = s.message_id
+                 LEFT JOIN synedre.clients c ON c.id = s.client_id
+                WHERE s.message_id = %s AND s.status = ANY(%s)""",
+            (message_id, [str(x) for x in STAGE.entry])).fetchone()
         if state is None:
-            return None
+            return sql.why_not(conn, STAGE, message_id)
         if reason := over_budget(conn, message_id, s):
-            pipeline.audit(conn, message_id, "spawn_skipped_budget", reason=reason)
+            sql.audit(conn, message_id, "spawn_skipped_budget", reason=reason)
+            sql.set_waiting(conn, message_id, f"held: spending cap ({reason})")
             log.warning("spawn_skipped_budget", message=message_id, reason=reason)
-            return None
-        directory = pipeline.load_directory(conn)
-        split = split_cover_quoted(body_text(bytes(state["raw"])))
-        who = resolution.resolve(state["envelope_from"], split, directory)
-        route = routing.resolve(conn, state["client_id"], state["chantier_id"], routing.http_healthy)
-        bundle = persona.load(conn, DEFAULT_AGENT, query=f"{state['subject']}\n{split.cover}"[:2000],
-                              embed=_embed, chantier_id=state["chantier_id"])
+            return f"held: spending cap ({reason})"
+        msg = ParsedMessage.from_claim(state, sql.attachments(conn, message_id))
+        planned = routing.plan(conn, state["client_id"], state["chantier_id"])
+    # 2. the network, with no transaction open: the embedding and the proxy's health check
+    vector = _embed(f"{msg.subject}\n{msg.split.cover}"[:2000])
+    route = routing.check_proxy(planned, routing.http_healthy)
+    # 3. the claim (the source of truth against a second launch), persona and audits
+    with db.transaction() as conn:
+        bundle = persona.load(conn, DEFAULT_AGENT, query="", embed=vector,
+                              chantier_id=state["chantier_id"])
         system = prompt.system_prompt(state["intent"], state["complexity"], persona.render(bundle))
         claim = launches.claim(conn, message_id, agent_codename=DEFAULT_AGENT, model=route.model,
                                model_route=route.as_dict(), system_prompt=system.kind,
                                max_turns=system.max_turns)
         if claim is None:
-            return None
+            return sql.why_not(conn, STAGE, message_id)
         if bundle.lessons_error:
-            pipeline.audit(conn, message_id, "persona_lessons_failed", error=bundle.lessons_error)
+            sql.audit(conn, message_id, "persona_lessons_failed", error=bundle.lessons_error)
         if route.fallback_reason:
-            pipeline.audit(conn, message_id, "model_route_fallback", reason=route.fallback_reason)
-        attachments = [a["filename"] or a["content_type"] for a in pipeline.attachments(conn, message_id)]
+            sql.audit(conn, message_id, "model_route_fallback", reason=route.fallback_reason)
+    client = f"{state['client_codename'] or 'unknown'} ({state['client_source'] or 'unknown'})"
     user = prompt.user_prompt(
-        message_ref=state["message_id_header"], client=f"{who.client_codename or 'unknown'} ({who.source})",
+        message_ref=state["message_id_header"], client=client,
         intent=state["intent"], complexity=state["complexity"], confidence=state["confidence"] or 0.0,
-        rationale=state["rationale"] or "", cover=split.cover, quoted=split.quoted, attachments=attachments)
+        rationale=state["rationale"] or "", cover=msg.split.cover, quoted=msg.split.quoted,
+        attachments=msg.attachment_names, subject=msg.subject)
     return _run_agent(claim, state, s, system, user, route.model, stop)
 
 
-def _embed(text: str) -> list[float] | None:
+def _embed(text: str) -> persona.Embed:
+    """The query's vector, computed now; persona.load then only reads it back."""
     e = ai.embed("lessons_embedding", [text])
-    if e is None:
-        raise RuntimeError(ai.last_failure() or "no embedding")
-    return e.vectors[0]
+    failure = ai.last_failure() or "no embedding"
+
+    def cached(_query: str) -> persona.Vector | None:
+        if e is None:
+            raise RuntimeError(failure)
+        return persona.Vector(e.vectors[0], f"{e.provider}/{e.model}")
+    return cached
 
 
-def _run_agent(claim, state, s: Settings, system, user: str, model: str, stop: threading.Event) -> Result:
+def _run_agent(claim, state, s: Settings, system: prompt.SystemChoice, user: prompt.LaunchPrompt, model: str,
+               stop: threading.Event) -> Result:
     base = (s.state_dir / "launches" / str(claim.launch_id)).resolve()
-    (base / "home" / "tmp").mkdir(parents=True, exist_ok=True, mode=0o700)
-    repo = s.workspace_repo or base / "scratch"
-    if s.workspace_repo is None:  # no repository configured: an empty one, so git still works
-        workspace.init_scratch(repo, s.workspace_base_branch)
-    ws = workspace.open_workspace(Path(repo), base_branch=s.workspace_base_branch,
-                                  name=f"msg-{claim.message_id}-a{claim.attempt}", disabled=s.worktree_disabled)
-    (ws.path / Path(prompt.CONTRACT_PATH).parent).mkdir(parents=True, exist_ok=True)
-    ndjson = base / "events.ndjson"
-    with db.transaction() as conn:
-        launches.update(conn, claim, worktree=str(ws.path), branch=ws.branch, ndjson_path=str(ndjson))
-        if ws.fallback_reason:
-            pipeline.audit(conn, claim.message_id, "worktree_fallback", reason=ws.fallback_reason)
-    seq = [0]
-
-    def persist(batch):
+    contract_path = base / prompt.CONTRACT_NAME
+    lane = tools.policy(system.kind, tools.configured(s.agent_tools))
+    # Private until the agent is done (see workspace.private_files); the merge comes after.
+    with workspace.private_files():
+        workspace.private_dir(base)
+        home = workspace.private_dir(base / "home")
+        workspace.private_dir(home / "tmp")
+        repo = s.workspace_repo or base / "scratch"
+        if s.workspace_repo is None:  # no repository configured: an empty one, so git still works
+            workspace.init_scratch(repo, s.workspace_base_branch)
+        ws = workspace.open_workspace(Path(repo), base_branch=s.workspace_base_branch,
+                                      name=f"msg-{claim.message_id}-a{claim.attempt}",
+                                      disabled=s.worktree_disabled)
+        contract_path.unlink(missing_ok=True)  # absent before the agent starts: only its own counts
+        ndjson = workspace.private_file(base / "events.ndjson")
         with db.transaction() as conn:
-            seq[0] = launches.add_events(conn, claim, seq[0], [
-                (e.event_type, e.subtype, e.tool_name, payload) for e, payload in batch])
+            launches.update(conn, claim, worktree=str(ws.path), branch=ws.branch, ndjson_path=str(ndjson),
+                            agent_tools=lane.as_record(), contract_path=str(contract_path))
+            if ws.fallback_reason:
+                sql.audit(conn, claim.message_id, "worktree_fallback", reason=ws.fallback_reason)
+        seq = [0]
 
-    def session(session_id: str):
-        with db.transaction() as conn:
-            launches.update(conn, claim, session_id=session_id)
+        def persist(batch):
+            with db.transaction() as conn:
+                seq[0] = launches.add_events(conn, claim, seq[0], [
+                    (e.event_type, e.subtype, e.tool_name, payload) for e, payload in batch])
 
-    argv = runner.build_argv(s.claude_bin, add_dir=ws.path, prompt=user, system_prompt=system.text,
-                             model=model, max_turns=system.max_turns, max_budget_usd=s.max_budget_usd)
-    limits = runner.Limits(idle_timeout_s=s.idle_timeout_s, hard_timeout_s=s.hard_timeout_s,
-                           budget_s=s.launch_budget_s)
-    log.info("spawn_started", message=claim.message_id, attempt=claim.attempt, model=model, kind=system.kind)
-    outcome = runner.run(argv, cwd=ws.path, env=agent_env(s, claim.launch_id, base / "home"), limits=limits,
-                         redactor=redactor(s), on_events=persist, ndjson_path=ndjson, on_session=session,
-                         stop=stop)
-    contract = read_contract(ws.path / prompt.CONTRACT_PATH, "lean" if system.kind == "lean" else "rich")
-    verdict = succeeded(outcome, system.max_turns, contract.valid)
-    merged = workspace.merge_back(ws) if ws.isolated else None
+        def session(session_id: str):
+            with db.transaction() as conn:
+                launches.update(conn, claim, session_id=session_id)
+
+        argv = runner.build_argv(s.claude_bin, add_dir=ws.path, prompt=user.text,
+                                 system_prompt=system.render(contract_path=str(contract_path), token=user.token),
+                                 model=model, max_turns=system.max_turns, allowed_tools=lane.allowed,
+                                 disallowed_tools=lane.disallowed, max_budget_usd=s.max_budget_usd)
+        limits = runner.Limits(idle_timeout_s=s.idle_timeout_s, hard_timeout_s=s.hard_timeout_s,
+                               budget_s=s.launch_budget_s)
+        log.info("spawn_started", message=claim.message_id, attempt=claim.attempt, model=model, kind=system.kind,
+                 tools=",".join(lane.allowed))
+        outcome = runner.run(argv, cwd=ws.path, env=agent_env(s, claim.launch_id, home, contract_path),
+                             limits=limits, redactor=redactor(s), on_events=persist, ndjson_path=ndjson,
+                             on_session=session, stop=stop, umask=workspace.PRIVATE_UMASK)
+    contract = read_contract(contract_path, "lean" if system.kind == "lean" else "rich")
+    committed = prompt.committed_contracts(workspace.committed_paths(ws))
+    verdict = succeeded(outcome, system.max_turns, contract.valid, contract_committed=bool(committed))
+    # Only a success reaches the trunk; anything else keeps its commits on its branch.
+    merged = workspace.merge_back(ws) if verdict.ok and ws.isolated else None
     salvage = None
     if not verdict.ok:
-        salvage = {"commits": workspace.commits_since(ws),
-                   "contract": workspace.read_partial(ws, prompt.CONTRACT_PATH),
+        salvage = {"commits": workspace.commits_since(ws), "branch": ws.branch,
+                   "contract": workspace.read_file(contract_path),
                    "resumable": outcome.stop_reason in ("idle", "hard", "budget") and bool(outcome.session_id)}
     r = outcome.result
     with db.transaction() as conn:
@@ -222,7 +276,7 @@ def _run_agent(claim, state, s: Settings, system, user: str, model: str, stop: t
                         cost_usd=r.total_cost_usd if r else None,
                         contract=contract.contract.model_dump() if contract.contract else None,
                         salvage={**(salvage or {}), "merge": merged and merged.reason,
-                                 "contract_errors": contract.errors})
+                                 "contract_errors": contract.errors, "contract_committed": committed})
     if ws.isolated:
         workspace.close_workspace(ws)
     log.info("spawn_finished", message=claim.message_id, ok=verdict.ok, reason=verdict.reason,
