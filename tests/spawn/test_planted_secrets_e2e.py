@@ -1,0 +1,65 @@
+"""An agent that prints every kind of planted secret, through the real CLI under a pty and a
+real spawn worker, leaves none of them in the database, the NDJSON file or the worker's log."""
+import base64
+import json
+import shutil
+
+import psycopg
+import pytest
+
+from tests.services import stack
+from tests.services.claude_api import bash, text
+from tests.spawn.test_launch_e2e import (  # noqa: F401  launch_env and repo are fixtures used here
+    agent_script,
+    finished,
+    launch_env,
+    make_launchable,
+    repo,
+)
+from tests.spawn.test_redact import SHAPES
+
+pytestmark = [pytest.mark.timeout(240),
+              pytest.mark.skipif(shutil.which("claude") is None, reason="the claude CLI is not installed")]
+
+
+def dump_schema(url: str) -> str:
+    """Every row of every table of the schema, as text."""
+    with psycopg.connect(url) as conn:
+        tables = [t for (t,) in conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'synedre'"
+            " AND table_type = 'BASE TABLE'")]
+        return "\n".join(json.dumps(r, default=str) for t in tables
+                         for (r,) in conn.execute(f"SELECT row_to_json(x) FROM synedre.{t} x"))
+
+
+def test_every_planted_secret_kind_stays_out_of_the_database_the_ndjson_and_the_log(services, launch_env,  # noqa: F811
+                                                                                   tmp_path):
+    url = services["db"]
+    mid, = make_launchable(url, tmp_path)
+    planted = "\n".join(t for _, t, _, _ in SHAPES)
+    blob = base64.b64encode(planted.encode()).decode()
+    prose = next(secret for sid, _, secret, _ in SHAPES if sid == "flag_password")
+    api, env = launch_env(agent_script([
+        [bash(f"echo {blob} | base64 -d")],  # the tool result carries every secret in clear
+        [text(f"Found them. The password is {prose}, I will not use it.")],  # and the model repeats one
+    ]))
+    worker = stack.celery_worker(env, services["logs"], queues="spawn", concurrency=1)
+    try:
+        from tasks.app import app
+        app.send_task("synedre.spawn", args=[mid])
+        stack.wait_for(lambda: finished(url, 1), 180, "the launch to finish", interval=0.5)
+    finally:
+        worker.stop()
+        api.stop()
+    sent_back = json.dumps([r.body for r in api.main_requests()])
+    dump = dump_schema(url)
+    ndjson = "".join(p.read_text() for p in (tmp_path / "state").rglob("events.ndjson"))
+    log = worker.output()
+    assert ndjson and "[REDACTED" in dump
+    leaked = []
+    for sid, _, secret, _ in SHAPES:
+        assert secret in sent_back, f"{sid}: the agent did not really print it"
+        for where, content in (("database", dump), ("ndjson", ndjson), ("log", log)):
+            if secret in content:
+                leaked.append(f"{sid} in {where}")
+    assert leaked == []
