@@ -4,19 +4,52 @@ from __future__ import annotations
 import hashlib
 import html
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from email import message_from_bytes, policy
 from email.header import decode_header, make_header
 from email.message import Message
 from email.utils import getaddresses
+from enum import StrEnum
 
 SYNTHETIC_DOMAIN = "synthetic.synedre.invalid"
 MAX_HEADERS_STORED = 500
 MAX_DEFECTS_STORED = 50
+MAX_CHARSETS_STORED = 10
+
+# A text body is binary garbage when both views of its first bytes say so:
+# - as bytes, more than BINARY_CONTROL_RATIO of them are control bytes (BINARY_BYTES: NUL
+#   and the C0 controls text never holds), and at least BINARY_MIN_CONTROLS, so one stray
+#   NUL in a short note fails nothing. This view sees garbage whatever charset it claims.
+# - decoded with the charset the part declares (latin-1, byte for byte, when Python has no
+#   such text encoding), more than BINARY_CONTROL_RATIO of the characters are not text
+#   (NON_TEXT: those controls, U+FFFD for an undecodable byte, private use). This view
+#   spares text whose charset legitimately has NUL bytes: UTF-16, UTF-32.
+# Random bytes are over both (len(BINARY_BYTES)/256 of them are controls); text is near 0.
+BINARY_CONTROL_RATIO = 0.05
+BINARY_MIN_CONTROLS = 8
+# At most this many bytes of body text are examined, taken from the start of the text
+# parts in order, so a 50 MB body or 2,000 parts cost no more than a short message.
+BINARY_SAMPLE_BYTES = 64 * 1024
+# Below 0x20 text holds TAB LF VT FF CR, and SO SI ESC (the ISO-2022 shifts); the rest of
+# C0, and DEL, are binary. C1 (0x80-0x9F) is not: windows-1252 labelled latin-1 has it.
+TEXT_CONTROLS = b"\t\n\v\f\r\x0e\x0f\x1b"
+BINARY_BYTES = bytes(b for b in [*range(0x20), 0x7F] if b not in TEXT_CONTROLS)
+NON_TEXT = re.compile(f"[{re.escape(BINARY_BYTES.decode('latin-1'))}\ufffd\ue000-\uf8ff]")
 
 
 class MessageParseError(Exception):
     """The bytes could not be parsed into a message; they are stored raw."""
+
+
+class Reason(StrEnum):
+    """Why a delivery ends `parse_failed`: the `reason` of its `parse_failed` audit."""
+    TOO_LARGE = "too_large"  # over Settings.max_message_bytes: not parsed at all
+    UNPARSEABLE = "unparseable"  # the parser itself raised
+    NO_HEADER_BLOCK = "no_header_block"
+    NO_FROM = "no_from"
+    BINARY_BODY = "binary_body"
+    STORAGE_REFUSED = "storage_refused"  # PostgreSQL refused a parsed field: stored raw
 
 
 @dataclass(frozen=True)
@@ -38,6 +71,20 @@ class Attachment:
 
 
 @dataclass(frozen=True)
+class BodySample:
+    """What the first BINARY_SAMPLE_BYTES of body text hold (see BINARY_CONTROL_RATIO)."""
+    size: int = 0  # bytes examined
+    controls: int = 0  # of which in BINARY_BYTES
+    chars: int = 0  # characters those bytes decode to with the declared charsets
+    non_text: int = 0  # of which matching NON_TEXT
+
+    @property
+    def binary(self) -> bool:
+        return (self.controls >= BINARY_MIN_CONTROLS and self.controls > BINARY_CONTROL_RATIO * self.size
+                and self.non_text > BINARY_CONTROL_RATIO * self.chars)
+
+
+@dataclass(frozen=True)
 class ParsedMessage:
     message_id: str
     synthetic_id: bool
@@ -47,6 +94,59 @@ class ParsedMessage:
     headers: list[tuple[str, str]]
     attachments: list[Attachment]
     defects: list[str]
+    header_fields: int = 0  # fields with a name the parser found in the top header block
+    body: BodySample = field(default_factory=BodySample)
+    unknown_charsets: list[str] = field(default_factory=list)  # declared by text parts, unknown
+
+
+@dataclass(frozen=True)
+class ParseFailure:
+    reason: Reason
+    error: str  # for a reader: what was found
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One reason to refuse a parsed message (as Mailman's moderation rules): `check`
+    returns what it found when the rule fires, None otherwise."""
+    name: Reason
+    description: str
+    check: Callable[[ParsedMessage], str | None]
+
+
+def _no_header_block(p: ParsedMessage) -> str | None:
+    # The parser takes every line up to the first one that is not `Name: value` (or a
+    # continuation) as the header block; bytes that do not start with one have none.
+    return None if p.header_fields else "no header field before the body"
+
+
+def _no_from(p: ParsedMessage) -> str | None:
+    return None if any(v.strip() for v in p.from_values) else "no From: field, or only empty ones"
+
+
+def _binary_body(p: ParsedMessage) -> str | None:
+    b = p.body
+    if not b.binary:
+        return None
+    return (f"{b.controls} of the first {b.size} body bytes are control bytes and {b.non_text} of "
+            f"their {b.chars} characters are not text (over {BINARY_CONTROL_RATIO:.0%} each)")
+
+
+# In order: the first that fires is the reason recorded.
+REJECTIONS: tuple[Rule, ...] = (
+    Rule(Reason.NO_HEADER_BLOCK, "no parsable header block", _no_header_block),
+    Rule(Reason.NO_FROM, "no sender: the From: field is missing or empty", _no_from),
+    Rule(Reason.BINARY_BODY, "the text body is binary garbage (NUL and control characters)", _binary_body),
+)
+
+
+def rejection(parsed: ParsedMessage) -> ParseFailure | None:
+    """Why this message must end `parse_failed` and never reach the LLM, if it must."""
+    for rule in REJECTIONS:
+        found = rule.check(parsed)
+        if found is not None:
+            return ParseFailure(rule.name, found)
+    return None
 
 
 def clean(text: str | None) -> str | None:
@@ -92,6 +192,71 @@ def fallback_headers(raw: bytes) -> tuple[str, bool, str | None, str | None]:
             addrs[0] if addrs and "@" in addrs[0] else None, first("Subject"))
 
 
+def _is_body(part: Message, top: Message) -> bool:
+    """A text part read as the message's body, not kept as an attachment."""
+    if part.get_content_maintype() != "text":
+        return False
+    return part is top or ((part.get_content_disposition() or "").lower() != "attachment"
+                           and not part.get_filename(None))
+
+
+def _body_parts(msg: Message) -> Iterator[Message]:
+    """The text parts of the body, in order; forwarded messages are attachments, not body."""
+    stack = [msg]
+    while stack:
+        part = stack.pop()
+        if part.get_content_type() == "message/rfc822":
+            continue
+        if part.is_multipart():
+            payload = part.get_payload()
+            if isinstance(payload, list):
+                stack.extend(p for p in reversed(payload) if isinstance(p, Message))
+        elif _is_body(part, msg):
+            yield part
+
+
+def _known_charset(name: str) -> bool:
+    try:
+        "a".encode(name, "replace")  # not b"".decode(): it answers "" for any name
+    except (LookupError, ValueError):  # "is not a text encoding" is a LookupError too
+        return False
+    return True
+
+
+def _decode_text(data: bytes, charset: str | None) -> str:
+    if charset:
+        try:
+            return data.decode(charset, "replace")
+        except (LookupError, ValueError):  # a codec refusing "replace" (UnicodeError is a ValueError)
+            pass
+    return data.decode("latin-1")
+
+
+def _body_sample(msg: Message) -> tuple[BodySample, list[str]]:
+    """The body text's first bytes, measured, and the charsets it declares that are unknown."""
+    size = controls = chars = non_text = 0
+    unknown: list[str] = []
+    for part in _body_parts(msg):
+        charset = part.get_content_charset()
+        if charset and not _known_charset(charset):
+            name = clean(charset[:64]) or ""
+            if name not in unknown and len(unknown) < MAX_CHARSETS_STORED:
+                unknown.append(name)
+            charset = None
+        if size >= BINARY_SAMPLE_BYTES:
+            continue  # the sample is full; the charsets are still listed
+        data = part.get_payload(decode=True)
+        if not isinstance(data, bytes):
+            continue
+        data = data[:BINARY_SAMPLE_BYTES - size]
+        text = _decode_text(data, charset)
+        size += len(data)
+        controls += len(data) - len(data.translate(None, BINARY_BYTES))
+        chars += len(text)
+        non_text += sum(1 for _ in NON_TEXT.finditer(text))
+    return BodySample(size, controls, chars, non_text), unknown
+
+
 def _attachments(msg: Message) -> list[Attachment]:
     found: list[Attachment] = []
     stack = [msg]  # explicit stack: deeply nested input must not hit the recursion limit
@@ -104,15 +269,13 @@ def _attachments(msg: Message) -> list[Attachment]:
                 stack.extend(p for p in reversed(payload) if isinstance(p, Message))
             continue
         filename = part.get_filename(None)
-        disposition = (part.get_content_disposition() or "").lower()
         if ctype == "message/rfc822":
             inner = part.get_payload()
             forwarded = inner[0] if isinstance(inner, list) and inner else None
             data = forwarded.as_bytes() if isinstance(forwarded, Message) else part.as_bytes()
             found.append(Attachment(len(found), clean(filename) or "forwarded.eml", ctype, data))
             continue
-        is_body = part.get_content_maintype() == "text" and disposition != "attachment" and not filename
-        if is_body or part is msg and part.get_content_maintype() == "text":
+        if _is_body(part, msg):
             continue
         decoded = part.get_payload(decode=True)
         if isinstance(decoded, bytes):
@@ -143,6 +306,7 @@ def parse(raw: bytes) -> ParsedMessage:
         from_values = [str(v) for v in msg.get_all("From", [])]
         addrs = [a.lower() for _, a in getaddresses(from_values) if "@" in a]
         subject = msg.get("Subject")
+        body, unknown = _body_sample(msg)
         return ParsedMessage(
             message_id=mid or synthetic_message_id(raw),
             synthetic_id=mid is None,
@@ -152,6 +316,9 @@ def parse(raw: bytes) -> ParsedMessage:
             headers=headers,
             attachments=_attachments(msg),
             defects=_defects(msg),
+            header_fields=sum(1 for k in msg.keys() if k.strip()),
+            body=body,
+            unknown_charsets=unknown,
         )
     except Exception as exc:  # the stdlib parser raises many kinds on hostile input
         raise MessageParseError(f"{type(exc).__name__}: {exc}"[:500]) from exc

@@ -7,7 +7,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from synedre.db import messages as sql
 from synedre.ingest import dkim_verify, mime
 from synedre.log import log
 from synedre.mail.registry import Mailbox
+from synedre.pipeline import Status
 
 # Bytes fetched per IMAP round trip, so a backlog of large messages stays flat in memory.
 FETCH_BYTES = 32 * 1024 * 1024
@@ -66,38 +67,57 @@ def _write_attachments(parsed: mime.ParsedMessage, settings: Settings, label: st
     return str(directory)
 
 
-def build(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: Settings) -> sql.NewMessage:
-    """The rows for one delivery. Never raises on bad input: it becomes `parse_failed`."""
-    base: dict[str, Any] = dict(mailbox=mailbox, uidvalidity=uidvalidity, uid=uid, raw=raw)
-    origin = {"uid": uid, "uidvalidity": uidvalidity, "size": len(raw)}
-    error = None
-    if len(raw) > settings.max_message_bytes:
-        error = f"message larger than {settings.max_message_bytes} bytes"
-    else:
-        try:
-            parsed = mime.parse(raw)
-        except mime.MessageParseError as exc:
-            error = str(exc)
-    if error is not None:
-        mid, synthetic, sender, subject = mime.fallback_headers(raw)
-        return sql.NewMessage(
-            **base, message_id=mid, synthetic_id=synthetic, envelope_from=sender, subject=subject,
-            headers=[], dkim_pass=False, status="parse_failed", attachments_dir=None, attachments=[],
-            audits=[("poll_inserted", origin), ("parse_failed", {"error": error})])
-    dkim = dkim_verify.verify(raw, parsed.from_values, _dnsfunc(settings), settings.dns_timeout_s)
-    audits = [("poll_inserted", {**origin, "attachments": len(parsed.attachments),
-                                 "dkim": dkim.reason, "synthetic_message_id": parsed.synthetic_id})]
-    if parsed.defects:
-        audits.append(("parse_defects", {"defects": parsed.defects}))
+def _parse_failed(raw: bytes, base: dict[str, Any], origin: dict[str, Any], reason: mime.Reason,
+                  error: str) -> sql.NewMessage:
+    """Bytes nothing could be parsed from (too large, the parser raised, refused by the
+    database): stored raw, with what a plain regex finds in the head."""
+    mid, synthetic, sender, subject = mime.fallback_headers(raw)
     return sql.NewMessage(
-        **base, message_id=parsed.message_id, synthetic_id=parsed.synthetic_id,
-        envelope_from=parsed.envelope_from, subject=parsed.subject, headers=parsed.headers,
-        dkim_pass=dkim.passed, status="received",
+        **base, message_id=mid, synthetic_id=synthetic, envelope_from=sender, subject=subject,
+        headers=[], dkim_pass=False, status=Status.PARSE_FAILED, attachments_dir=None, attachments=[],
+        audits=[("poll_inserted", origin), ("parse_failed", {"reason": reason, "error": error})])
+
+
+def build(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: Settings) -> sql.NewMessage:
+    """The rows for one delivery. Never raises on bad input: it becomes `parse_failed`.
+
+    A message one of `mime.REJECTIONS` refuses (no header block, no From:, a binary body)
+    is stored with what was parsed but with no attachment files, no DKIM check and no
+    next stage: `parse_failed` is terminal, so it never reaches the LLM.
+    """
+    base: dict[str, Any] = dict(mailbox=mailbox, uidvalidity=uidvalidity, uid=uid, raw=raw)
+    origin: dict[str, Any] = {"uid": uid, "uidvalidity": uidvalidity, "size": len(raw)}
+    if len(raw) > settings.max_message_bytes:
+        return _parse_failed(raw, base, origin, mime.Reason.TOO_LARGE,
+                             f"message larger than {settings.max_message_bytes} bytes")
+    try:
+        parsed = mime.parse(raw)
+    except mime.MessageParseError as exc:
+        return _parse_failed(raw, base, origin, mime.Reason.UNPARSEABLE, str(exc))
+    origin = {**origin, "attachments": len(parsed.attachments), "synthetic_message_id": parsed.synthetic_id}
+    defects: list[tuple[str, dict[str, Any]]] = []
+    if parsed.defects or parsed.unknown_charsets:
+        detail: dict[str, Any] = {"defects": parsed.defects}
+        if parsed.unknown_charsets:
+            detail["unknown_charsets"] = parsed.unknown_charsets
+        defects.append(("parse_defects", detail))
+    fields: dict[str, Any] = dict(
+        message_id=parsed.message_id, synthetic_id=parsed.synthetic_id, envelope_from=parsed.envelope_from,
+        subject=parsed.subject, headers=parsed.headers)
+    refused = mime.rejection(parsed)
+    if refused is not None:
+        return sql.NewMessage(
+            **base, **fields, dkim_pass=False, status=Status.PARSE_FAILED, attachments_dir=None,
+            attachments=[], audits=[("poll_inserted", origin), *defects,
+                                    ("parse_failed", {"reason": refused.reason, "error": refused.error})])
+    dkim = dkim_verify.verify(raw, parsed.from_values, _dnsfunc(settings), settings.dns_timeout_s)
+    return sql.NewMessage(
+        **base, **fields, dkim_pass=dkim.passed, status=Status.RECEIVED,
         attachments_dir=_write_attachments(parsed, settings, f"{mailbox}-{uidvalidity}-{uid}"),
         attachments=[{"idx": a.idx, "filename": a.filename, "content_type": a.content_type,
                       "size": len(a.payload), "sha256": a.sha256, "stored_name": a.stored_name}
                      for a in parsed.attachments],
-        audits=audits)
+        audits=[("poll_inserted", {**origin, "dkim": dkim.reason}), *defects])
 
 
 def _store(new: sql.NewMessage) -> int | None:
@@ -124,17 +144,15 @@ def ingest_one(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: S
         except psycopg.DataError as exc:
             # Something in the parsed fields PostgreSQL refuses: keep the bytes anyway.
             log.warning("store_parsed_failed", uid=uid, error=type(exc).__name__)
-            mid, synthetic, sender, subject = mime.fallback_headers(raw)
-            new = sql.NewMessage(
-                mailbox=mailbox, uidvalidity=uidvalidity, uid=uid, raw=raw, message_id=mid,
-                synthetic_id=synthetic, envelope_from=None, subject=None, headers=[],
-                dkim_pass=False, status="parse_failed", attachments_dir=None, attachments=[],
-                audits=[("poll_inserted", {"uid": uid, "uidvalidity": uidvalidity}),
-                        ("parse_failed", {"error": f"storage refused parsed fields: {type(exc).__name__}"})])
+            new = _parse_failed(raw, dict(mailbox=mailbox, uidvalidity=uidvalidity, uid=uid, raw=raw),
+                                {"uid": uid, "uidvalidity": uidvalidity, "size": len(raw)},
+                                mime.Reason.STORAGE_REFUSED,
+                                f"storage refused parsed fields: {type(exc).__name__}")
+            new = replace(new, envelope_from=None, subject=None)
             new_id = _store(new)
         if new_id is not None:
             log.info("poll_inserted", message=new_id, uid=uid, status=new.status)
-            if new.status == "received":
+            if new.status == Status.RECEIVED:
                 enqueue(new_id)
             return new_id
         with db.transaction() as conn:  # lost a race: the other poll stored it first
@@ -144,7 +162,7 @@ def ingest_one(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: S
     if existing.same_uid:
         # The same delivery again: a poll died after commit. The next stage is
         # idempotent, so re-enqueueing a message still at `received` loses nothing.
-        if existing.status == "received":
+        if existing.status == Status.RECEIVED:
             enqueue(existing.id)
     else:
         with db.transaction() as conn:

@@ -83,3 +83,49 @@ def test_body_text_prefers_plain_and_strips_html_even_with_an_unknown_charset():
     broken = b"Content-Type: text/html; charset=x-nope\r\n\r\n<p>Bonjour</p><script>evil()</script>caf\xe9"
     text = mime.body_text(broken)
     assert "Bonjour" in text and "evil" not in text and "<p>" not in text
+
+
+def test_rejections_are_the_spec_reasons_in_order():
+    assert [r.name for r in mime.REJECTIONS] == [
+        mime.Reason.NO_HEADER_BLOCK, mime.Reason.NO_FROM, mime.Reason.BINARY_BODY]
+    # headerless garbage is reported as such, not as the missing From: that follows from it
+    assert mime.rejection(mime.parse(b"\x00\x01\x02 garbage")).reason == mime.Reason.NO_HEADER_BLOCK
+
+
+@given(st.binary(min_size=2000, max_size=6000),
+       st.sampled_from([None, "utf-8", "us-ascii", "iso-8859-1", "x-unknown", "utf-16", "utf-32",
+                        "shift_jis", "koi8-r"]))
+@settings(max_examples=150, deadline=None)
+def test_random_bytes_are_a_binary_body_whatever_charset_they_claim(body, charset):
+    # hypothesis shrinks towards few distinct bytes; real garbage spreads over all 256
+    body = bytes((b * 167 + i * 31) % 256 for i, b in enumerate(body))
+    ctype = f"Content-Type: text/plain; charset={charset}\r\n" if charset else ""
+    parsed = mime.parse(f"From: a@b.c\r\n{ctype}\r\n".encode() + body)
+    assert mime.rejection(parsed).reason == mime.Reason.BINARY_BODY
+
+
+def test_text_in_its_declared_charset_is_never_binary():
+    text = "Bonjour, le devis coûte 1 200 € — merci ! Привет, 日本語のテキスト. " * 40
+    for charset in ["utf-8", "utf-16", "utf-16-le", "utf-32", "iso-2022-jp", "shift_jis", "euc-jp",
+                    "gb2312", "big5", "koi8-r", "cp1252", "iso-8859-1", "cp500"]:
+        raw = (f"From: a@b.c\r\nContent-Type: text/plain; charset={charset}\r\n"
+               "Content-Transfer-Encoding: 8bit\r\n\r\n").encode() + text.encode(charset, "replace")
+        assert mime.rejection(mime.parse(raw)) is None, charset
+
+
+def test_the_binary_check_reads_a_bounded_sample_of_the_body():
+    parts = "".join(f"--b\r\nContent-Type: text/plain; charset=x-nope{i % 3}\r\n\r\n{'z' * 100}\r\n"
+                    for i in range(2000))
+    parsed = mime.parse(f"From: a@b.c\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n{parts}--b--\r\n"
+                        .encode())
+    assert parsed.body.size == mime.BINARY_SAMPLE_BYTES
+    assert parsed.unknown_charsets == ["x-nope0", "x-nope1", "x-nope2"]  # listed past the sample
+
+
+def test_forwarded_messages_and_attachments_are_not_body():
+    raw = (b"From: a@b.c\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\n"
+           b"Content-Type: text/plain\r\n\r\nhello\r\n--b\r\nContent-Type: application/octet-stream\r\n\r\n"
+           + bytes(range(256)) * 8 + b"\r\n--b\r\nContent-Type: message/rfc822\r\n\r\nFrom: x@y.z\r\n\r\n"
+           + bytes(range(256)) * 8 + b"\r\n--b--\r\n")
+    parsed = mime.parse(raw)
+    assert parsed.body.size == len(b"hello") and mime.rejection(parsed) is None
