@@ -122,7 +122,8 @@ def check_llm_keys(s: Settings) -> list[Check]:
 
     try:
         with db.transaction() as conn:
-            rows = conn.execute("SELECT feature, provider, fallbacks FROM synedre.ai_routing ORDER BY feature").fetchall()
+            rows = conn.execute("SELECT feature, provider, fallbacks FROM synedre.ai_routing"
+                                " ORDER BY feature").fetchall()
     except Exception as exc:
         return [Check("llm", False, f"routing table unreadable: {type(exc).__name__}")]
     out = []

@@ -5,7 +5,6 @@ import signal
 import psycopg
 import pytest
 
-
 from synedre import db
 from synedre.config import Settings
 from tests.services import stack

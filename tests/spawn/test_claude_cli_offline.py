@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.spawn.conftest import git
 from tests.services.claude_api import ClaudeAPI, ScriptedModel, Sleep, bash, start_claude_api, text, write
+from tests.spawn.conftest import git
 
 pexpect = pytest.importorskip("pexpect", reason="pexpect is not installed (pip install pexpect)")
 

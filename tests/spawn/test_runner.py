@@ -16,8 +16,7 @@ import psutil
 import pytest
 
 from synedre.spawn.redact import Redactor
-from synedre.spawn.runner import HARD_EXIT, IDLE_EXIT, MAX_ARG_BYTES, Limits, RunOutcome, \
-    UnparsedEvent, build_argv, run
+from synedre.spawn.runner import HARD_EXIT, IDLE_EXIT, MAX_ARG_BYTES, Limits, RunOutcome, UnparsedEvent, build_argv, run
 from synedre.spawn.stream import AssistantMessage, ResultMessage, SystemInit, UserMessage
 from tests.services.claude_api import ClaudeAPI, ScriptedModel, Sleep, bash, start_claude_api, text, write
 from tests.spawn.conftest import git

@@ -5,9 +5,21 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from synedre.spawn.stream import (
-    AssistantMessage, LineReader, OtherBlock, ResultMessage, StreamEvent, StreamParseError,
-    SystemEvent, SystemInit, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock,
-    UnknownEvent, UserMessage, parse_event,
+    AssistantMessage,
+    LineReader,
+    OtherBlock,
+    ResultMessage,
+    StreamEvent,
+    StreamParseError,
+    SystemEvent,
+    SystemInit,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UnknownEvent,
+    UserMessage,
+    parse_event,
 )
 
 SID = "e2ba7ae1-161b-4518-b4fd-0c6e77440c53"
@@ -272,6 +284,6 @@ def test_any_chunking_returns_exactly_the_objects_in_order(items, final_newline,
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=20)))
     r = LineReader()
     out = []
-    for a, b in zip([0] + cuts, cuts + [len(stream)]):
+    for a, b in zip([0] + cuts, cuts + [len(stream)], strict=True):
         out += r.feed(stream[a:b])
     assert out + r.close() == [v for k, v in items if k == "obj"]
