@@ -1,12 +1,24 @@
-"""Start the real services a benchmark needs, in one temporary directory."""
+"""Start the real services a benchmark needs, in one temporary directory.
+
+Every benchmark runs from a plain shell with no variable set: this process and the
+workers it starts use one broker, a Redis database of the benchmarks' own (9 unless
+SYNEDRE_BENCH_REDIS_URL says otherwise: tests use 13 and 11, helpers 5 to 7). It is
+flushed before and after a run, so it is never the fleet's broker.
+"""
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+
+BENCH_REDIS_URL = os.environ.get("SYNEDRE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/9")
+# Before anything reads synedre's settings (the Celery app reads its broker at import):
+# a task this process sends goes where its workers listen, not to the default database 0.
+os.environ["SYNEDRE_BROKER_URL"] = BENCH_REDIS_URL
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -30,33 +42,63 @@ def corpus_messages(n: int, tag: str, clean: bool = False) -> list[bytes]:
     return out
 
 
+def _use_bench_broker() -> None:
+    """Point this process's settings, Redis client and Celery app at the bench's broker,
+    even if one of them was loaded before the environment was set; check the app's."""
+    from kombu import Connection
+
+    from synedre import kv
+    from synedre.config import get_settings
+
+    get_settings.cache_clear()
+    kv.client.cache_clear()
+    from tasks.app import app
+
+    if app.conf.broker_url != BENCH_REDIS_URL:
+        app.conf.broker_url = BENCH_REDIS_URL
+    sending_to = app.connection_for_write().as_uri()
+    if sending_to != Connection(BENCH_REDIS_URL).as_uri():
+        raise RuntimeError(f"this process would send its tasks to {sending_to}, its workers listen on "
+                           f"{BENCH_REDIS_URL}")
+
+
 @contextmanager
 def services():
-    """Embedded PostgreSQL (migrated), a Redis test database, a Dovecot; yields the env."""
+    """Embedded PostgreSQL (migrated), the bench's Redis database, a Dovecot; yields the env."""
     import redis
 
     base = Path(tempfile.mkdtemp(prefix="synedre-bench-"))
-    pg = stack.start_pg(base / "pg")
-    dovecot = start_dovecot(base / "dovecot")
-    env = {**os.environ, **stack.mailbox_env(dovecot, base), "SYNEDRE_DATABASE_URL": pg.get_uri(),
-           "SYNEDRE_BROKER_URL": stack.TEST_REDIS_URL, "SYNEDRE_STATE_DIR": str(base / "state"),
-           "SYNEDRE_DKIM_KEYS_FILE": str(CORPUS / "dkim-keys.json"), "SYNEDRE_LOG_LEVEL": "INFO"}
-    os.environ.update(env)
-    from synedre.config import get_settings
-    from synedre.db.migrate import upgrade
-    from synedre.log import configure
-
-    configure("console", "WARNING")  # the benchmark's own output stays readable
-
-    get_settings.cache_clear()
-    upgrade(get_settings().migrations_dir, pg.get_uri())
-    r = redis.Redis.from_url(stack.TEST_REDIS_URL)
-    r.flushdb()
-    logs = base / "logs"
-    logs.mkdir()
+    r = redis.Redis.from_url(BENCH_REDIS_URL)
+    pg = dovecot = None
+    finished = False
     try:
-        yield {"env": env, "dovecot": dovecot, "pg_url": pg.get_uri(), "logs": logs, "redis": r}
-    finally:
-        dovecot.stop()
-        pg.cleanup()
+        pg = stack.start_pg(base / "pg")
+        dovecot = start_dovecot(base / "dovecot")
+        env = {**os.environ, **stack.mailbox_env(dovecot, base), "SYNEDRE_DATABASE_URL": pg.get_uri(),
+               "SYNEDRE_BROKER_URL": BENCH_REDIS_URL, "SYNEDRE_STATE_DIR": str(base / "state"),
+               "SYNEDRE_DKIM_KEYS_FILE": str(CORPUS / "dkim-keys.json"), "SYNEDRE_LOG_LEVEL": "INFO"}
+        os.environ.update(env)
+        from synedre.config import get_settings
+        from synedre.db.migrate import upgrade
+        from synedre.log import configure
+
+        configure("console", "WARNING")  # the benchmark's own output stays readable
+
+        _use_bench_broker()
+        upgrade(get_settings().migrations_dir, pg.get_uri())
         r.flushdb()
+        logs = base / "logs"
+        logs.mkdir()
+        yield {"env": env, "dovecot": dovecot, "pg_url": pg.get_uri(), "logs": logs, "redis": r,
+               "broker_url": BENCH_REDIS_URL}
+        finished = True
+    finally:
+        if dovecot is not None:
+            dovecot.stop()
+        if pg is not None:
+            pg.cleanup()
+        r.flushdb()
+        if finished:
+            shutil.rmtree(base, ignore_errors=True)
+        else:
+            print(f"bench: the run's logs and data are kept in {base}", file=sys.stderr)
