@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import pwd
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,8 +22,19 @@ _pool: ConnectionPool[Conn] | None = None
 _embedded_url: str | None = None
 
 
+# The embedded server's roles (SPEC §13, least privilege): the fleet connects as the
+# application role, migrations as the superuser, the agent as a role that reads only what
+# its work needs (migrations/0008_agent_role.sql).
+ADMIN_ROLE, APP_ROLE, AGENT_ROLE = "postgres", "synedre_app", "synedre_agent"
+EMBEDDED_DB = "postgres"
+_SYSTEM_USER = "pgserver"  # pgserver's OS user for the postmaster when we are root
+_CONF = "synedre.conf"  # included by postgresql.conf; rewritten at every start
+_START_TIMEOUT_S = 60
+
+
 def database_url(settings: Settings | None = None) -> str:
-    """The configured URL, or an embedded PostgreSQL 16 + pgvector under state_dir."""
+    """The fleet's URL: the configured one, or the application role on an embedded
+    PostgreSQL 16 + pgvector under state_dir (started if needed)."""
     global _embedded_url
     settings = settings or get_settings()
     if settings.database_url:
@@ -38,24 +50,222 @@ def database_url(settings: Settings | None = None) -> str:
         return _embedded_url
 
 
+def admin_url(url: str | None = None, settings: Settings | None = None) -> str:
+    """What migrations connect with: for the embedded server (none configured, or `url` is
+    its application URL, as the fleet hands its children) its superuser; else `url`, or
+    the configured URL, as given (an external server's migrations run as its operator says)."""
+    settings = settings or get_settings()
+    url = url or database_url(settings)
+    where = _embedded_where(settings)
+    if where is not None and url == _url(APP_ROLE, *where):
+        return _url(ADMIN_ROLE, *where)
+    return url
+
+
+def agent_url(settings: Settings | None = None) -> str | None:
+    """Where the agent may connect, without any password: the embedded server's agent role
+    on loopback TCP, or SYNEDRE_AGENT_DATABASE_URL for an external server; None (no
+    database for the agent) when an external server has no agent URL configured."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    settings = settings or get_settings()
+    if settings.agent_database_url:
+        u = urlsplit(settings.agent_database_url)
+        if u.password is not None:  # never handed on, whatever the operator wrote
+            u = u._replace(netloc=u.netloc.replace(f":{u.password}@", "@"))
+        return urlunsplit(u)
+    if settings.database_url is None:
+        database_url(settings)  # started if needed
+    where = _embedded_where(settings)
+    if where is None or (settings.database_url and settings.database_url != _url(APP_ROLE, *where)):
+        return None
+    return f"postgresql://{AGENT_ROLE}@127.0.0.1:{where[1]}/{EMBEDDED_DB}"
+
+
+def _url(role: str, socket_dir: Path | str, port: int) -> str:
+    return f"postgresql://{role}@/{EMBEDDED_DB}?host={socket_dir}&port={port}"
+
+
+def _embedded_where(settings: Settings) -> tuple[Path, int] | None:
+    """(socket dir, port) of the embedded server of `settings` if it runs as we start it."""
+    from pgserver.postgres_server import PostmasterInfo
+
+    try:
+        info = PostmasterInfo.read_from_pgdata(embedded_pgdata(settings))
+    except (OSError, AssertionError, ValueError):
+        return None
+    if info is None or not info.is_running() or info.socket_dir is None or info.port is None:
+        return None
+    return info.socket_dir, info.port
+
+
 def embedded_pgdata(settings: Settings | None = None) -> Path:
     return ((settings or get_settings()).state_dir / "pgdata").resolve()
 
 
+@contextmanager
+def _start_lock(pgdata: Path) -> Iterator[None]:
+    import fcntl
+
+    with open(pgdata.parent / ".pgdata.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def _start_embedded(pgdata: Path) -> str:
+    """Start (or adopt) the embedded server, hardened at every start, and return the
+    application role's URL (a socket in pgdata, stable across restarts).
+
+    Authentication, rewritten each time (pg_hba.conf, pg_ident.conf): the Unix socket
+    admits only the fleet's own OS user (peer, mapped to the superuser and the
+    application role); loopback TCP admits only the agent role (trust: it can read a few
+    tables and nothing else), every other role and address is rejected. Knowing the
+    coordinates is not enough. pgserver's own start listens on no TCP address, so the
+    postmaster is started here with pgserver's binaries; a server started otherwise (an
+    older release) is restarted once."""
     import warnings
 
     with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR
         warnings.simplefilter("ignore")
-        import pgserver  # only the embedded default needs it
+        from pgserver._commands import POSTGRES_BIN_PATH, initdb, pg_ctl  # type: ignore[attr-defined]
         from pgserver.postgres_server import PostgresServer
+        from pgserver.utils import (
+            PostmasterInfo,
+            ensure_folder_permissions,
+            ensure_prefix_permissions,
+            ensure_user_exists,
+            find_suitable_port,
+            find_suitable_socket_dir,
+        )
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    # A fresh handle each time: pgserver caches one per directory, which would not notice
-    # that its postmaster died. cleanup_mode=None: the server outlives this process, so the
-    # fleet, the CLI and `celery call` all share one embedded database.
-    PostgresServer._instances.pop(pgdata, None)
-    return pgserver.get_server(pgdata, cleanup_mode=None).get_uri()
+    root = os.geteuid() == 0
+    user = _SYSTEM_USER if root else None
+    with _start_lock(pgdata):
+        pgdata.mkdir(exist_ok=True)
+        if root:  # the postmaster runs as pgserver's user: it must reach pgdata and its binaries
+            entry = ensure_user_exists(_SYSTEM_USER)
+            assert entry is not None
+            os.chown(pgdata, entry.pw_uid, entry.pw_gid)
+            _searchable_parents(pgdata)
+            ensure_prefix_permissions(POSTGRES_BIN_PATH)
+            ensure_folder_permissions(POSTGRES_BIN_PATH, 0o055)
+            ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", 0o044)
+        if not (pgdata / "PG_VERSION").exists():
+            initdb(["--auth-local=peer", "--auth-host=reject", "--encoding=utf8", "-U", ADMIN_ROLE],
+                   pgdata=pgdata, user=user)
+        port = _write_config(pgdata, user)
+        info = PostmasterInfo.read_from_pgdata(pgdata)
+        if info is not None and info.is_running():
+            if info.hostname == "127.0.0.1" and info.port == port:
+                pg_ctl(["reload"], pgdata=pgdata, user=user, timeout=_START_TIMEOUT_S)  # the hba as written
+            else:
+                pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=_START_TIMEOUT_S)
+                info = None
+        if info is None or not info.is_running():
+            socket_dir = find_suitable_socket_dir(pgdata, PostgresServer.runtime_path)
+            if root and socket_dir != pgdata:
+                ensure_prefix_permissions(socket_dir)
+                socket_dir.chmod(0o777)
+            log_file = pgdata / "log"
+            for attempt in range(2):
+                try:
+                    pg_ctl(["-w", "-o", f"-k {socket_dir}", "-l", str(log_file), "start"],
+                           pgdata=pgdata, user=user, timeout=_START_TIMEOUT_S)
+                    break
+                except Exception:
+                    if attempt or _port_free(port):
+                        raise
+                    port = _write_config(pgdata, user, find_suitable_port("127.0.0.1"))  # taken meanwhile
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while True:
+            info = PostmasterInfo.read_from_pgdata(pgdata)
+            if info is not None and info.is_running() and info.status == "ready" and info.socket_dir:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"embedded PostgreSQL in {pgdata} did not become ready")
+            time.sleep(0.1)
+        assert info.socket_dir is not None and info.port is not None
+        _bootstrap_roles(_url(ADMIN_ROLE, info.socket_dir, info.port))
+        return _url(APP_ROLE, info.socket_dir, info.port)
+
+
+def _searchable_parents(pgdata: Path) -> None:
+    """Every directory above pgdata searchable (x) by others, none made listable: the state
+    directory itself ends 0711, so the agent's user cannot list it (pgserver's own start
+    would make it 0755)."""
+    state = pgdata.parent
+    state.chmod((state.stat().st_mode & 0o700) | 0o011)
+    for parent in state.parents:
+        mode = parent.stat().st_mode & 0o7777
+        if mode & 0o011 != 0o011:
+            parent.chmod(mode | 0o011)
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _write_config(pgdata: Path, user: str | None, port: int | None = None) -> int:
+    """pg_hba.conf, pg_ident.conf and our include (loopback TCP on a port kept across
+    restarts); returns the port."""
+    import re
+
+    conf = pgdata / _CONF
+    if port is None:
+        old = re.search(r"^port = (\d+)$", conf.read_text(), re.M) if conf.exists() else None
+        if old:
+            port = int(old.group(1))
+        else:
+            from pgserver.utils import find_suitable_port
+
+            port = find_suitable_port("127.0.0.1")
+    fleet = pwd.getpwuid(os.geteuid()).pw_name
+    header = "# Written by synedre at every start of the embedded server: edits here are lost.\n"
+    files = {
+        _CONF: f"{header}listen_addresses = '127.0.0.1'\nport = {port}\n",
+        "pg_hba.conf": header + "".join(f"{line}\n" for line in (
+            f"local all {ADMIN_ROLE},{APP_ROLE} peer map=synedre",
+            "local all all reject",
+            f"host all {AGENT_ROLE} 127.0.0.1/32 trust",
+            "host all all 0.0.0.0/0 reject",
+            "host all all ::/0 reject")),
+        "pg_ident.conf": f"{header}synedre {fleet} {ADMIN_ROLE}\nsynedre {fleet} {APP_ROLE}\n",
+    }
+    main = pgdata / "postgresql.conf"
+    include = f"include_if_exists '{_CONF}'"
+    if include not in main.read_text():
+        files["postgresql.conf"] = main.read_text() + f"\n{include}\n"
+    owner = pwd.getpwnam(user) if user else None
+    for name, text in files.items():
+        path = pgdata / name
+        tmp = path.with_name(name + ".tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o600)
+        if owner is not None:
+            os.chown(tmp, owner.pw_uid, owner.pw_gid)
+        tmp.replace(path)
+    return port
+
+
+def _bootstrap_roles(admin: str) -> None:
+    """The login roles exist from the first start (their grants come from migrations)."""
+    with psycopg.connect(admin, autocommit=True, connect_timeout=_START_TIMEOUT_S) as conn:
+        for role in (APP_ROLE, AGENT_ROLE):
+            if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                conn.execute(f"ALTER ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE")
+            else:
+                conn.execute(f"CREATE ROLE {role} LOGIN")
 
 
 def embedded_running(settings: Settings | None = None) -> bool:
@@ -118,7 +328,7 @@ def transaction() -> Iterator[Conn]:
 
 
 def connect(url: str | None = None) -> Conn:
-    """A standalone autocommit connection (migrations, CLI)."""
+    """A standalone autocommit connection (migrations, CLI): `url`, else the fleet's."""
     conn = psycopg.connect(url or database_url(), row_factory=dict_row, autocommit=True,
                            connect_timeout=int(get_settings().db_timeout_s))
     conn.execute("SET search_path TO synedre, public")

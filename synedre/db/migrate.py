@@ -7,7 +7,7 @@ from pathlib import Path
 
 import psycopg
 
-from synedre.db import connect
+from synedre.db import admin_url, connect
 
 SCHEMA = "synedre"
 # Any constant works; it only serialises concurrent `db upgrade` runs.
@@ -37,9 +37,11 @@ def available(directory: Path) -> list[Migration]:
 
 
 def upgrade(directory: Path, url: str | None = None) -> list[str]:
-    """Apply the missing migrations; return their versions. Refuses an unknown history."""
+    """Apply the missing migrations; return their versions. Refuses an unknown history.
+    The embedded server's migrations run as its superuser, even when `url` is the
+    application role's URL (which owns nothing and may not run DDL)."""
     known = available(directory)
-    with connect(url) as conn, conn.transaction():
+    with connect(admin_url(url)) as conn, conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_UPGRADE_LOCK,))
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
         conn.execute(
@@ -75,7 +77,7 @@ def upgrade(directory: Path, url: str | None = None) -> list[str]:
 
 
 def status(directory: Path, url: str | None = None) -> dict[str, list[str]]:
-    with connect(url) as conn:
+    with connect(admin_url(url)) as conn:
         try:
             applied = [r["version"] for r in conn.execute(
                 f"SELECT version FROM {SCHEMA}.schema_migrations ORDER BY version")]

@@ -242,21 +242,49 @@ def _signal_all(pgid: int, pids: list[int], sig: int) -> None:
             continue
 
 
-def _before_exec(umask: int | None) -> None:
-    _die_with_parent()
+@dataclass(frozen=True)
+class RunAs:
+    """The unprivileged OS user the agent runs as (SYNEDRE_AGENT_USER, worker as root)."""
+    name: str
+    uid: int
+    gid: int
+
+    @classmethod
+    def lookup(cls, name: str) -> RunAs:
+        import pwd
+
+        entry = pwd.getpwnam(name)  # KeyError: not created (scripts/system-deps creates it)
+        if entry.pw_uid == 0:
+            raise ValueError(f"agent user {name!r} is root")
+        return cls(name, entry.pw_uid, entry.pw_gid)
+
+
+def _before_exec(umask: int | None, run_as: RunAs | None = None) -> None:
+    parent = os.getppid()
     if umask is not None:
         os.umask(umask)
+    if run_as is not None:
+        # Groups first (needs root), then the gid, then the uid: after setuid nothing can
+        # be taken back. No supplementary group: root's would reach root-group files.
+        os.setgroups([])
+        os.setgid(run_as.gid)
+        os.setuid(run_as.uid)
+    # After the credentials change: the kernel clears the parent-death signal when they do.
+    _die_with_parent(parent)
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int | None = None) -> None:
     """In the child before exec: SIGKILL it if the worker process dies, even by SIGKILL,
-    so a killed worker leaves no agent running (Linux; a no-op elsewhere)."""
+    so a killed worker leaves no agent running (Linux; a no-op elsewhere). If the parent
+    already died before the signal was armed, die now."""
     import ctypes
 
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if parent is not None and os.getppid() != parent:
+        os._exit(137)
 
 
 def _kill_all(child: pexpect.spawn, token: str) -> None:
@@ -269,6 +297,7 @@ def _kill_all(child: pexpect.spawn, token: str) -> None:
     The leader is reaped while waiting: an unreaped (zombie) leader would keep its group
     "alive" to kill(0), and until then its pid, hence the pgid, cannot be reused."""
     pgid = child.pid
+    assert pgid is not None  # spawned
     for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, KILL_WAIT_S)):
         _signal_all(pgid, _marked(token), sig)
         deadline = time.monotonic() + wait
@@ -336,7 +365,8 @@ def _drain(child: pexpect.spawn, stream: _Stream) -> None:
 def run(argv: list[str], *, cwd: str | Path, env: dict[str, str], limits: Limits, redactor: Redactor,
         on_events: Callable[[Batch], None], ndjson_path: Path | None,
         on_session: Callable[[str], None] | None = None,
-        stop: threading.Event | None = None, umask: int | None = None) -> RunOutcome:
+        stop: threading.Event | None = None, umask: int | None = None,
+        run_as: RunAs | None = None) -> RunOutcome:
     """Run the CLI to its end and kill everything it started, on every path.
 
     Stop reasons: "result" (the result event came; the process got `result_grace_s` to
@@ -345,18 +375,21 @@ def run(argv: list[str], *, cwd: str | Path, env: dict[str, str], limits: Limits
     shutdown), "error" (spawn failure, persistence callback failure, a bug: `error` holds
     the exception). KeyboardInterrupt / SystemExit kill everything too, then propagate.
     The NDJSON file is appended to, never truncated. `umask`, when given, is set in the
-    child before exec, whatever the calling process's umask is at that moment."""
+    child before exec, whatever the calling process's umask is at that moment. `run_as`
+    (the worker being root) drops the child to that user before exec; the kill on every
+    path still reaches its processes, root reading their /proc environ for the token."""
     started = time.monotonic()
     writer = _EventWriter(on_events)
     ndjson = ndjson_path.open("ab") if ndjson_path else None
     stream = _Stream(redactor, ndjson, writer, on_session)
     child: pexpect.spawn | None = None
     token = uuid.uuid4().hex
-    reason, error, exited_alone = "error", None, False
+    reason, exited_alone = "error", False
+    error: BaseException | None = None
     try:
         child = pexpect.spawn(argv[0], argv[1:], cwd=str(cwd), env={**env, RUN_TOKEN_VAR: token},
                               dimensions=(50, 200), echo=False, encoding=None,
-                              preexec_fn=functools.partial(_before_exec, umask))
+                              preexec_fn=functools.partial(_before_exec, umask, run_as))
         reason = _read(child, stream, writer, limits, started, stop)
     except Exception as exc:  # noqa: BLE001 - returned as stop_reason "error" for the caller to audit
         reason, error = "error", exc
@@ -396,6 +429,7 @@ def _read(child: pexpect.spawn, stream: _Stream, writer: _EventWriter, limits: L
     most POLL_S, so a busy stream cannot starve them."""
     # ptyprocess forks, calls setsid() and execs before spawn returns: the child leads its
     # own session and group. Never let killpg reach our own group by mistake.
+    assert child.pid is not None
     pgid = os.getpgid(child.pid)
     if pgid != child.pid:
         raise RuntimeError(f"child {child.pid} does not lead its own process group ({pgid})")

@@ -12,6 +12,15 @@ resets the trunk. Any failure of the worktree mechanism falls back to the trunk
 Every git operation that changes a repository's worktrees or branches runs under
 `repo_lock`, one lock per repository shared by every process on the host.
 A worktree holding uncommitted work (untracked files included) is never deleted.
+
+When the agent runs as its own OS user (`owner`, SYNEDRE_AGENT_USER under a root worker)
+it gets a clone instead of a worktree: a worktree writes into the trunk's git directory
+(objects, refs, its admin files), which would make the trunk writable by the agent. The
+clone (`--no-hardlinks`: a chown must never reach the trunk's objects through a shared
+inode) is the agent's own; `collect` brings its branch back into the trunk, through a
+`git-upload-pack` that runs as the agent, and every git command run inside the clone runs
+as the agent too: its config (core.fsmonitor, filters…) is the agent's to write, so root
+never reads it. After that the branch, merge and salvage work on the trunk as for a worktree.
 """
 from __future__ import annotations
 
@@ -26,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from synedre.log import log
+from synedre.spawn.runner import RunAs
 
 BRANCH_PREFIX = "synedre/"
 GIT_TIMEOUT_S = 120.0  # a checkout of a large tree takes a while; a hung git must not
@@ -47,6 +57,7 @@ class Workspace:
     isolated: bool  # False = trunk fallback
     fallback_reason: str | None = None
     base_sha: str | None = None  # where the agent started: commits after it are its own
+    owner: RunAs | None = None  # set: `path` is a clone owned by that user (see the module doc)
 
 
 @dataclass(frozen=True)
@@ -56,13 +67,20 @@ class MergeResult:
     commits: list[str]  # "<sha> <subject>", oldest first
 
 
-def _git(cwd: Path, *args: str, ok: tuple[int, ...] = (0,),
-         timeout: float = GIT_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    """The one way this module runs git; exit codes outside `ok` raise `WorkspaceError`."""
+# Git run as the agent reads no configuration but the repository's own (the agent's).
+_AS_AGENT_ENV = {"HOME": "/nonexistent", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def _git(cwd: Path, *args: str, ok: tuple[int, ...] = (0,), timeout: float = GIT_TIMEOUT_S,
+         as_user: RunAs | None = None) -> subprocess.CompletedProcess[str]:
+    """The one way this module runs git; exit codes outside `ok` raise `WorkspaceError`.
+    `as_user`: run it as that user (inside a repository the agent owns)."""
     cmd = ["git", "-C", str(cwd), *args]
+    who = ({"user": as_user.uid, "group": as_user.gid, "extra_groups": [],
+            "env": {**os.environ, **_AS_AGENT_ENV}} if as_user else {})
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, **who)  # type: ignore[call-overload]
     except subprocess.TimeoutExpired as exc:
         raise WorkspaceError(f"git {' '.join(args)}: timed out after {timeout:g} s") from exc
     except OSError as exc:
@@ -73,12 +91,12 @@ def _git(cwd: Path, *args: str, ok: tuple[int, ...] = (0,),
     return proc
 
 
-def _out(cwd: Path, *args: str) -> str:
-    return _git(cwd, *args).stdout.strip()
+def _out(cwd: Path, *args: str, as_user: RunAs | None = None) -> str:
+    return _git(cwd, *args, as_user=as_user).stdout.strip()
 
 
-def _dirty(path: Path) -> bool:
-    return bool(_out(path, "status", "--porcelain", "--untracked-files=all"))
+def _dirty(path: Path, as_user: RunAs | None = None) -> bool:
+    return bool(_out(path, "status", "--porcelain", "--untracked-files=all", as_user=as_user))
 
 
 @contextmanager
@@ -129,7 +147,7 @@ def _trunk(repo: Path, base_branch: str, reason: str) -> Workspace:
 
 
 def open_workspace(repo: Path, *, base_branch: str, name: str, disabled: bool = False,
-                   root: Path | None = None) -> Workspace:
+                   root: Path | None = None, owner: RunAs | None = None) -> Workspace:
     """A worktree on `synedre/<name>` forked from `base_branch`, else the trunk.
 
     The worktree lives in `<root>/<repo name>/<name>`, `root` defaulting to
@@ -137,12 +155,18 @@ def open_workspace(repo: Path, *, base_branch: str, name: str, disabled: bool = 
     worktree, or its branch if the worktree is gone, so earlier commits are kept.
     `disabled` (the SYNEDRE_WORKTREE_DISABLED switch, read by the caller) or any
     failure falls back to the trunk with `fallback_reason` set.
+
+    `owner`: a clone owned by that user instead (see the module doc), in the same place.
+    It has no trunk fallback: the trunk is not the agent's to write, so a failure raises
+    `WorkspaceError`.
     """
     repo = repo.resolve()
-    if disabled:
+    if disabled and owner is None:
         return _trunk(repo, base_branch, "worktrees disabled by configuration")
     branch = BRANCH_PREFIX + name
     path = (root or repo.parent / ".synedre-worktrees").resolve() / repo.name / name
+    if owner is not None:
+        return _open_clone(repo, base_branch, name, branch, path, owner)
     try:
         if not _NAME.fullmatch(name):
             raise WorkspaceError(f"invalid workspace name {name!r}")
@@ -163,6 +187,98 @@ def open_workspace(repo: Path, *, base_branch: str, name: str, disabled: bool = 
     log.info("workspace_opened", repo=str(repo), path=str(path), branch=branch)
     return Workspace(path=path, branch=branch, repo=repo, base_branch=base_branch,
                      isolated=True, base_sha=base_sha)
+
+
+def _open_clone(repo: Path, base_branch: str, name: str, branch: str, path: Path, owner: RunAs) -> Workspace:
+    if not _NAME.fullmatch(name):
+        raise WorkspaceError(f"invalid workspace name {name!r}")
+    with repo_lock(repo):
+        _out(repo, "rev-parse", "--verify", f"refs/heads/{base_branch}^{{commit}}")
+        has_branch = _git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}",
+                          ok=(0, 1)).returncode == 0
+        base_sha = _out(repo, "merge-base", base_branch, branch if has_branch else base_branch)
+    if path.exists():  # a resumed launch: the agent's clone, as it left it
+        if _git(path, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", ok=(0, 1),
+                as_user=owner).returncode != 0:
+            raise WorkspaceError(f"{path} exists without the branch {branch}")
+    else:
+        traversable_dir(path.parent)
+        tmp = path.with_name(path.name + ".new")
+        subprocess.run(["rm", "-rf", "--one-file-system", str(tmp)], check=True, timeout=GIT_TIMEOUT_S)
+        # Made by root from the trunk (nothing of the agent's is read), then handed over.
+        _git(path.parent, "clone", "--quiet", "--no-hardlinks", "--no-tags", "--branch",
+             branch if has_branch else base_branch, str(repo), str(tmp))
+        if not has_branch:
+            _out(tmp, "checkout", "--quiet", "-b", branch)
+        _out(tmp, "remote", "remove", "origin")  # the trunk is not the agent's to fetch from
+        chown_tree(tmp, owner)
+        tmp.rename(path)
+    log.info("workspace_opened", repo=str(repo), path=str(path), branch=branch, owner=owner.name)
+    return Workspace(path=path, branch=branch, repo=repo, base_branch=base_branch, isolated=True,
+                     base_sha=base_sha, owner=owner)
+
+
+def collect(ws: Workspace) -> str | None:
+    """Bring the agent's branch from its clone into the trunk's repository (a no-op for a
+    worktree); None, or why it could not (then the trunk keeps what it had of the branch).
+    The serving side runs as the agent: root never reads the clone's configuration."""
+    if ws.owner is None or ws.branch is None:
+        return None
+    serve = " ".join(["setpriv", f"--reuid={ws.owner.uid}", f"--regid={ws.owner.gid}", "--clear-groups",
+                      "env", *(f"{k}={v}" for k, v in _AS_AGENT_ENV.items()), "git-upload-pack"])
+    try:
+        with repo_lock(ws.repo):
+            _out(ws.repo, "-c", "protocol.file.allow=always", "fetch", "--quiet", "--no-tags",
+                 "--upload-pack", serve, str(ws.path), f"+refs/heads/{ws.branch}:refs/heads/{ws.branch}")
+    except WorkspaceError as exc:
+        log.warning("workspace_collect_failed", path=str(ws.path), branch=ws.branch, error=str(exc))
+        return str(exc)
+    return None
+
+
+def traversable_dir(path: Path) -> Path:
+    """`path` (made if missing, root's, 0711) and every parent searchable by others: the
+    agent user reaches what is below by name, lists none of it."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o711)
+    path.chmod(0o711)
+    for parent in path.parents:
+        mode = parent.stat().st_mode
+        if not mode & 0o001:
+            parent.chmod((mode & 0o7777) | 0o001)
+    return path
+
+
+def agent_dir(path: Path, owner: RunAs) -> Path:
+    """A directory the agent user owns, 0700, its parent traversable."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.lchown(path, owner.uid, owner.gid)
+    path.chmod(0o700)
+    return path
+
+
+def chown_tree(path: Path, owner: RunAs) -> None:
+    """Give a tree root made to the agent; symlinks themselves, never what they point at."""
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in [*dirnames, *filenames]:
+            os.lchown(os.path.join(dirpath, name), owner.uid, owner.gid)
+    os.lchown(path, owner.uid, owner.gid)
+
+
+def settle_agent_file(path: Path) -> None:
+    """After the agent's processes are gone: a file it wrote is only read if it is a plain
+    file of its own (a symlink or a hard link could make root read something else)."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    import stat
+
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        log.warning("agent_file_refused", path=str(path), mode=oct(st.st_mode), links=st.st_nlink)
+        if stat.S_ISDIR(st.st_mode):
+            subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=False, timeout=GIT_TIMEOUT_S)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def commits_since(ws: Workspace) -> list[str]:
@@ -249,7 +365,7 @@ def merge_back(ws: Workspace) -> MergeResult:
     Only when the agent committed and the trunk is clean and on `base_branch`; a
     conflicting merge is aborted, which restores the trunk exactly since it was clean.
     """
-    if not ws.isolated:
+    if not ws.isolated or ws.branch is None:
         return MergeResult(False, "trunk mode: commits are already on the trunk",
                            commits_since(ws))
     with repo_lock(ws.repo):
@@ -285,8 +401,10 @@ def close_workspace(ws: Workspace) -> bool:
     A worktree with uncommitted work is kept (False). The branch is deleted only if it
     is merged into `base_branch`; otherwise it stays, holding the agent's commits.
     """
-    if not ws.isolated:
+    if not ws.isolated or ws.branch is None:
         return True
+    if ws.owner is not None:
+        return _close_clone(ws)
     with repo_lock(ws.repo):
         if ws.path.exists():
             if _dirty(ws.path):
@@ -297,6 +415,22 @@ def close_workspace(ws: Workspace) -> bool:
         merged = _git(ws.repo, "merge-base", "--is-ancestor", ws.branch, ws.base_branch,
                       ok=(0, 1)).returncode == 0
         if merged:
+            _out(ws.repo, "branch", "-D", ws.branch)
+    return True
+
+
+def _close_clone(ws: Workspace) -> bool:
+    assert ws.owner is not None and ws.branch is not None
+    if ws.path.exists():
+        if _dirty(ws.path, ws.owner):
+            log.warning("workspace_kept_dirty", path=str(ws.path), branch=ws.branch)
+            return False
+        subprocess.run(["rm", "-rf", "--one-file-system", str(ws.path)], check=True, timeout=GIT_TIMEOUT_S)
+    with repo_lock(ws.repo):
+        has_branch = _git(ws.repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{ws.branch}",
+                          ok=(0, 1)).returncode == 0
+        if has_branch and _git(ws.repo, "merge-base", "--is-ancestor", ws.branch, ws.base_branch,
+                               ok=(0, 1)).returncode == 0:
             _out(ws.repo, "branch", "-D", ws.branch)
     return True
 
