@@ -4,7 +4,7 @@ from typing import NamedTuple
 from kombu import Queue
 
 from synedre.config import VISIBILITY_TIMEOUT_S, get_settings
-from synedre.pipeline import HOUSEKEEPING, WORKER_GROUPS, group_queues, queues
+from synedre.pipeline import HOUSEKEEPING, STAGES as PIPELINE, WORKER_GROUPS, group_queues, queues
 
 
 class Group(NamedTuple):
@@ -28,7 +28,7 @@ task_ignore_result = True
 
 task_queues = [Queue(name) for name in STAGES]
 task_default_queue = "poll"
-task_routes = {**{f"synedre.{name}": {"queue": name} for name in STAGES},
+task_routes = {**{f"synedre.{s.name}": {"queue": s.queue} for s in PIPELINE},
                **{f"synedre.{task}": {"queue": queue} for task, queue in HOUSEKEEPING.items()}}
 
 task_serializer = "json"
@@ -43,7 +43,7 @@ worker_send_task_events = True
 task_send_sent_event = True
 
 imports = ["tasks.poll", "tasks.scan", "tasks.ocr", "tasks.classify", "tasks.materialize", "tasks.sweep", "tasks.spawn",
-           "beat_schedule"]
+           "tasks.deploy", "tasks.qa", "tasks.recap", "beat_schedule"]
 
 beat_scheduler = "redbeat.RedBeatScheduler"
 redbeat_redis_url = broker_url

@@ -59,10 +59,25 @@ class Settings(BaseSettings):
     max_concurrent_launches: int = 3
     spawn_slot_retry_s: float = 30.0  # a launch finding every slot taken comes back after this
     agent_is_sandbox: bool = False  # IS_SANDBOX=1 for the CLI: only inside a sandbox, as root
+    # The OS user the agent runs as when the worker is root (scripts/system-deps creates
+    # `synedre-agent`): it owns its clone and home, cannot read the worker's environment nor
+    # the state directory, and IS_SANDBOX is then not set. Unset, or not root: the worker's user.
+    agent_user: str | None = None
+    # The database the agent may connect to (its password is never passed on) when
+    # SYNEDRE_DATABASE_URL is external; unset = none. The embedded server's agent role
+    # (read-only, a few tables) is used without it.
+    agent_database_url: str | None = None
     # Comma list of the agent's tools to keep, from the built-in lists of synedre.spawn.tools;
     # unset = all of them. It can only narrow (SPEC §13): another name fails at load.
     agent_tools: str | None = None
     db_timeout_s: float = 10.0
+
+    # After the launch (SPEC §9)
+    deploy_timeout_s: float = 900.0  # ./deploy <target> --preprod
+    qa_timeout_s: float = 30.0  # per HTTP request and browser step
+    iso_threshold: float = 0.05  # share of differing pixels over which a page is an iso_mismatch
+    max_iterations: int = 3  # launches per message when QA fails
+    max_iso_iterations: int = 8  # when the only failure is a mock-up mismatch
 
     # AI facade: a key comes from SYNEDRE_<PROVIDER>_API_KEY, else from the file
     # <ai_keys_dir>/<provider> (a mounted secret); values stay in SecretStr until used.
@@ -75,6 +90,11 @@ class Settings(BaseSettings):
     ai_keys_dir: Path | None = None
     # Flower's own variable ("user:pass[,user2:pass2]"), read here only to redact it.
     flower_basic_auth: SecretStr | None = Field(default=None, validation_alias="FLOWER_BASIC_AUTH")
+    # `synedre flower`: where it listens (loopback unless told otherwise), and the file of
+    # its credentials (a mounted secret: "user:pass" lines) when FLOWER_BASIC_AUTH is unset.
+    flower_address: str = "127.0.0.1"
+    flower_port: int = 5555
+    flower_auth_file: Path | None = None
 
     @field_validator("agent_tools")
     @classmethod
@@ -103,11 +123,35 @@ class Settings(BaseSettings):
             return None, f"no key ({env_name}; {path} is empty)"
         return SecretStr(value), None
 
+    def flower_auth(self) -> tuple[SecretStr | None, str | None]:
+        """(credentials as Flower reads them, "user:pass[,user2:pass2]", None), else (None, the
+        readable reason): from FLOWER_BASIC_AUTH, else from the file SYNEDRE_FLOWER_AUTH_FILE
+        (one pair a line or comma-separated). A reason never quotes the value."""
+        if self.flower_basic_auth is not None and self.flower_basic_auth.get_secret_value().strip():
+            raw, where = self.flower_basic_auth.get_secret_value(), "FLOWER_BASIC_AUTH"
+        elif self.flower_auth_file is not None:
+            where = str(self.flower_auth_file)
+            try:
+                raw = self.flower_auth_file.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                return None, f"Flower credentials unreadable ({where}: {type(exc).__name__})"
+        else:
+            return None, "no Flower credentials (FLOWER_BASIC_AUTH or SYNEDRE_FLOWER_AUTH_FILE)"
+        pairs = [p.strip() for p in raw.replace("\n", ",").split(",") if p.strip()]
+        if not pairs:
+            return None, f"no Flower credentials ({where} is empty)"
+        for n, pair in enumerate(pairs, 1):
+            user, sep, password = pair.partition(":")
+            if not (user and sep and password):
+                return None, f"Flower credentials in {where}: entry {n} is not user:password"
+        return SecretStr(",".join(pairs)), None
+
     def secret_values(self) -> list[str]:
         """Every configured secret value, so streams and error texts can be scrubbed of them:
         the AI keys, the database and broker passwords (as written in the URL and decoded),
         each mailbox's password (those whose variable is set; an absent or invalid registry
-        adds none), Flower's credentials (each user:pass and its password)."""
+        adds none), Flower's credentials, from its variable or its file (each user:pass and its
+        password)."""
         from urllib.parse import unquote, urlsplit
 
         from synedre.mail.registry import RegistryError, load  # it imports this module
@@ -130,8 +174,9 @@ class Settings(BaseSettings):
             except (RegistryError, AttributeError, ValueError):  # ValueError: not UTF-8
                 boxes = []
             values += [v for box in boxes if (v := secret_from_env(box.password_env))]
-        if self.flower_basic_auth is not None:
-            for pair in self.flower_basic_auth.get_secret_value().split(","):
+        flower, _ = self.flower_auth()
+        for auth in (self.flower_basic_auth, flower):
+            for pair in auth.get_secret_value().split(",") if auth is not None else ():
                 values += [pair.strip(), pair.partition(":")[2].strip()]
         return [v for v in dict.fromkeys(values) if v]
 

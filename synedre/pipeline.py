@@ -32,14 +32,28 @@ class Status(StrEnum):
     SPAWNING = "spawning"
     SPAWNED = "spawned"
     SPAWN_FAILED = "spawn_failed"
+    DEPLOYING = "deploying"  # reading the contract, deciding the path, running ./deploy
+    DEPLOYED = "deployed"
+    QA_PLANNING = "qa_planning"  # routes resolved against the sitemap, one check each queued
+    QA = "qa"  # route checks running on the QA workers; the last one moves the message on
+    QA_PASSED = "qa_passed"
+    QA_FAILED = "qa_failed"  # deploy or QA failed: the agent iterates, or it escalates
+    REPORT_DUE = "report_due"  # no-code path: nothing to deploy, the recap is next
+    REPORTING = "reporting"
+    ACTIONED = "actioned"
+    ORCHESTRATION_FAILED = "orchestration_failed"
+    ESCALATED = "escalated"
 
 
-# Where a message's journey ends in this release. `spawned` is terminal until the deploy,
-# QA and recap stages land: no queue is fed that no worker serves.
+# Where a message's journey ends. The founder hears of every one after a launch: a recap
+# (actioned) or an alert (spawn_failed, orchestration_failed, escalated).
 TERMINAL = frozenset({Status.PARSE_FAILED, Status.BLOCKED_UNSAFE_ATTACHMENT, Status.CLASSIFY_FAILED,
-                      Status.NOISE, Status.SPAWNED, Status.SPAWN_FAILED})
+                      Status.NOISE, Status.SPAWN_FAILED, Status.ACTIONED, Status.ORCHESTRATION_FAILED,
+                      Status.ESCALATED})
 FAILED = frozenset({Status.PARSE_FAILED, Status.BLOCKED_UNSAFE_ATTACHMENT, Status.CLASSIFY_FAILED,
-                    Status.SPAWN_FAILED})
+                    Status.SPAWN_FAILED, Status.ORCHESTRATION_FAILED, Status.ESCALATED})
+# Terminal failures after a launch that the founder is told about by mail (an alert).
+ALERTED = frozenset({Status.SPAWN_FAILED, Status.ORCHESTRATION_FAILED, Status.ESCALATED})
 
 
 @dataclass(frozen=True)
@@ -69,14 +83,24 @@ STAGES: tuple[Stage, ...] = (
           (Status.CLASSIFIED, Status.CLASSIFY_FAILED), 900, retryable_from=(Status.CLASSIFY_FAILED,)),
     Stage("materialize", "materialize", "classify", (Status.CLASSIFIED,), Status.MATERIALIZING,
           (Status.MATERIALIZED, Status.NOISE), 120),
-    # A materialized message may wait for a launch slot or a paused switch for long.
-    Stage("spawn", "spawn", "spawn", (Status.MATERIALIZED,), Status.SPAWNING,
-          (Status.SPAWNED, Status.SPAWN_FAILED), 600, on_stuck="fail",
+    # A materialized message may wait for a launch slot or a paused switch for long. From
+    # qa_failed it is the next iteration (or, over budget, the escalation).
+    Stage("spawn", "spawn", "spawn", (Status.MATERIALIZED, Status.QA_FAILED), Status.SPAWNING,
+          (Status.SPAWNED, Status.SPAWN_FAILED, Status.ESCALATED), 600, on_stuck="fail",
           retryable_from=(Status.SPAWN_FAILED,)),
+    Stage("deploy", "deploy", "after", (Status.SPAWNED,), Status.DEPLOYING,
+          (Status.DEPLOYED, Status.QA_FAILED, Status.REPORT_DUE, Status.ORCHESTRATION_FAILED), 1200,
+          retryable_from=(Status.ORCHESTRATION_FAILED,)),
+    Stage("qa", "qa", "qa", (Status.DEPLOYED,), Status.QA_PLANNING, (Status.QA, Status.QA_FAILED), 120),
+    # One task per route, on any QA worker; each claims one route of the message in
+    # PostgreSQL, and the last to finish writes the verdict (no chord, no result backend).
+    Stage("qa_route", "qa", "qa", (Status.QA,), None, (Status.QA_PASSED, Status.QA_FAILED), 300),
+    Stage("recap", "recap", "after", (Status.QA_PASSED, Status.REPORT_DUE), Status.REPORTING,
+          (Status.ACTIONED,), 300),
 )
 BY_NAME = {s.name: s for s in STAGES}
 # Housekeeping tasks that are not stages; they run on the ingest workers' queue.
-HOUSEKEEPING = {"sweep": "poll", "spawn_select": "poll", "lock_watchdog": "poll"}
+HOUSEKEEPING = {"sweep": "poll", "spawn_select": "poll", "lock_watchdog": "poll", "alert": "recap"}
 
 
 class WorkerGroup(NamedTuple):
@@ -92,6 +116,8 @@ WORKER_GROUPS = {
     "read": WorkerGroup(2),
     "classify": WorkerGroup(12, "threads", processes=2),
     "spawn": WorkerGroup(3),
+    "after": WorkerGroup(2),  # deploy and recap
+    "qa": WorkerGroup(2),  # scaled horizontally: `celery -A tasks worker -Q qa` on more machines
 }
 
 

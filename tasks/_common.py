@@ -5,7 +5,7 @@ import redis
 import structlog
 
 from synedre.log import log
-from synedre.pipeline import Status, consumer_of
+from synedre.pipeline import ALERTED, Status, consumer_of
 
 # Worth retrying with backoff; everything else fails once and loudly.
 TRANSIENT = (psycopg.OperationalError, psycopg_pool.PoolTimeout, redis.ConnectionError, redis.TimeoutError,
@@ -28,6 +28,8 @@ def advance(message_id: int, result: Status | str) -> str:
         nxt = consumer_of(result)
         if nxt is not None:
             enqueue(nxt.name, message_id)
+        if result in ALERTED:  # a failure after the launch: the founder is told
+            enqueue("alert", message_id)
         return str(result)
     log.info("stage_nothing_to_do", message=message_id, reason=result)
     return f"nothing to do: {result}"

@@ -46,19 +46,32 @@ def selectable(conn: Conn, limit: int = 50) -> list[int]:
              ORDER BY s.status_at LIMIT %s""", (list(LAUNCHABLE), list(SPAWN_EVENTS), limit))]
 
 
-def claim(conn: Conn, message_id: int, **launch: Any) -> Claim | None:
-    """Take the message for one launch, in the caller's transaction; None if not launchable."""
-    row = conn.execute(
-        f"""UPDATE synedre.email_states s
-               SET status = 'spawning', launch_attempt = s.launch_attempt + 1,
-                   updated_at = now(), status_at = now(), claimed_at = now(),
-                   waiting_reason = NULL, waiting_until = NULL
-             WHERE s.message_id = %s AND s.status = 'materialized' AND s.intent = ANY(%s)
-               AND num_nonnulls(s.run_id, s.question_id, s.negotiation_id, s.advice_id) = 1
-               AND NOT EXISTS (SELECT 1 FROM synedre.audit_log a WHERE a.message_id = s.message_id
-                                 AND a.event = ANY(%s) AND a.at > now() - interval '{RECENT}'
-                                 AND a.id > {_LAST_RETRY})
-            RETURNING s.launch_attempt""", (message_id, list(LAUNCHABLE), list(SPAWN_EVENTS))).fetchone()
+def claim(conn: Conn, message_id: int, *, iteration: int = 1, **launch: Any) -> Claim | None:
+    """Take the message for one launch, in the caller's transaction; None if not launchable.
+    A first launch comes from `materialized` (no launch in the last hour unless an operator
+    retried it); iteration n > 1 comes from `qa_failed`, after exactly n - 1 launches."""
+    if iteration > 1:
+        row = conn.execute(
+            """UPDATE synedre.email_states s
+                   SET status = 'spawning', launch_attempt = s.launch_attempt + 1,
+                       updated_at = now(), status_at = now(), claimed_at = now(),
+                       waiting_reason = NULL, waiting_until = NULL
+                 WHERE s.message_id = %s AND s.status = 'qa_failed'
+                   AND (SELECT count(*) FROM synedre.launches l WHERE l.message_id = s.message_id) = %s
+                RETURNING s.launch_attempt""", (message_id, iteration - 1)).fetchone()
+    else:
+        row = conn.execute(
+            f"""UPDATE synedre.email_states s
+                   SET status = 'spawning', launch_attempt = s.launch_attempt + 1,
+                       updated_at = now(), status_at = now(), claimed_at = now(),
+                       waiting_reason = NULL, waiting_until = NULL
+                 WHERE s.message_id = %s AND s.status = 'materialized' AND s.intent = ANY(%s)
+                   AND num_nonnulls(s.run_id, s.question_id, s.negotiation_id, s.advice_id) = 1
+                   AND NOT EXISTS (SELECT 1 FROM synedre.audit_log a WHERE a.message_id = s.message_id
+                                     AND a.event = ANY(%s) AND a.at > now() - interval '{RECENT}'
+                                     AND a.id > {_LAST_RETRY})
+                RETURNING s.launch_attempt""", (message_id, list(LAUNCHABLE), list(SPAWN_EVENTS))).fetchone()
+    launch = {**launch, "iteration": iteration}
     if row is None:
         return None
     cols = ["message_id", "attempt", *launch]
@@ -68,7 +81,7 @@ def claim(conn: Conn, message_id: int, **launch: Any) -> Claim | None:
     ).fetchone()
     assert inserted is not None  # INSERT … RETURNING without ON CONFLICT always returns its row
     launch_id = inserted["id"]
-    audit(conn, message_id, "spawn_started", attempt=row["launch_attempt"], launch_id=launch_id)
+    audit(conn, message_id, "spawn_started", attempt=row["launch_attempt"], launch_id=launch_id, iteration=iteration)
     return Claim(message_id, row["launch_attempt"], launch_id)
 
 

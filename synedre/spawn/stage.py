@@ -18,6 +18,7 @@ from synedre.config import Settings, get_settings
 from synedre.db import launches, pipeline as sql
 from synedre.log import log
 from synedre.message import ParsedMessage
+from synedre.orchestrate import iterations
 from synedre.orchestrate.contract import read_contract
 from synedre.pipeline import BY_NAME, Status
 from synedre.spawn import locks, persona, prompt, routing, runner, tools, workspace
@@ -41,8 +42,8 @@ class Result:
 def redactor(s: Settings) -> Redactor:
     secrets = list(s.secret_values())
     url = s.database_url or ""
-    if urlsplit(url).password:
-        secrets.append(urlsplit(url).password)
+    if password := urlsplit(url).password:
+        secrets.append(password)
     return Redactor(secrets)
 
 
@@ -61,19 +62,35 @@ def over_budget(conn, message_id: int, s: Settings) -> str | None:
 
 
 def db_coordinates(s: Settings) -> dict[str, str]:
-    """Where the database is, never its password (the agent may only be told where it is)."""
+    """Where the agent's own database role is, never a password: the embedded server's
+    read-only agent role on loopback TCP, or SYNEDRE_AGENT_DATABASE_URL; nothing at all for
+    an external server without one (the fleet's own role is never handed on)."""
     from synedre import db
 
-    u = urlsplit(db.database_url(s))
+    url = db.agent_url(s)
+    if url is None:
+        return {}
+    u = urlsplit(url)
     host = u.hostname or dict(p.split("=", 1) for p in u.query.split("&") if "=" in p).get("host", "")
     return {k: v for k, v in {"PGHOST": host, "PGPORT": str(u.port or ""), "PGDATABASE": u.path.lstrip("/"),
                               "PGUSER": u.username or ""}.items() if v}
 
 
-def agent_env(s: Settings, launch_id: int, home: Path, contract_path: Path | None = None) -> dict[str, str]:
+def agent_user(s: Settings) -> runner.RunAs | None:
+    """The dedicated OS user the agent runs as: configured and the worker is root. A
+    configured user that does not exist fails the launch (KeyError): never fall back to root."""
+    if not s.agent_user or os.geteuid() != 0:
+        return None
+    return runner.RunAs.lookup(s.agent_user)
+
+
+def agent_env(s: Settings, launch_id: int, home: Path, contract_path: Path | None = None,
+              run_as: runner.RunAs | None = None) -> dict[str, str]:
     """What the agent gets, and nothing else: no database password, no other secret.
-    The contract's path is there too, as well as in the system prompt."""
-    env = {**db_coordinates(s),"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
+    The contract's path is there too, as well as in the system prompt. IS_SANDBOX only
+    without a dedicated user: the CLI refuses bypassPermissions as root without it."""
+    env = {**db_coordinates(s), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+           "LANG": "C.UTF-8",
            "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
            "CLAUDE_CODE_TMPDIR": str(home / "tmp"), "SYNEDRE_WORKER_CONTEXT": f"launch:{launch_id}",
            "GIT_AUTHOR_NAME": "Atlas", "GIT_AUTHOR_EMAIL": "atlas@synedre.invalid",
@@ -83,7 +100,7 @@ def agent_env(s: Settings, launch_id: int, home: Path, contract_path: Path | Non
         env["ANTHROPIC_API_KEY"] = key.get_secret_value()
     if s.anthropic_base_url:
         env["ANTHROPIC_BASE_URL"] = s.anthropic_base_url
-    if s.agent_is_sandbox:
+    if s.agent_is_sandbox and run_as is None:
         env["IS_SANDBOX"] = "1"
     if contract_path is not None:
         env["SYNEDRE_CONTRACT_PATH"] = str(contract_path)
@@ -111,7 +128,7 @@ def succeeded(outcome: runner.RunOutcome, max_turns: int | None, contract_valid:
     return Result(True, "success")
 
 
-def run(message_id: int, s: Settings | None = None, stop: threading.Event | None = None) -> Result | str:
+def run(message_id: int, s: Settings | None = None, stop: threading.Event | None = None) -> Result | Status | str:
     """The launch's verdict, or (a str) why it did not launch now."""
     s = s or get_settings()
     r = kv.client()
@@ -156,7 +173,7 @@ def hold(message_id: int, reason: str, until: datetime | None = None) -> None:
             sql.audit(conn, message_id, "spawn_held", reason=reason)
 
 
-def _launch(message_id: int, s: Settings, stop: threading.Event) -> Result | str:
+def _launch(message_id: int, s: Settings, stop: threading.Event) -> Result | Status | str:
     # 1. read what the launch needs, in one short read-only transaction
     with db.transaction() as conn:
         state = conn.execute(
@@ -175,6 +192,14 @@ def _launch(message_id: int, s: Settings, stop: threading.Event) -> Result | str
             return f"held: spending cap ({reason})"
         msg = ParsedMessage.from_claim(state, sql.attachments(conn, message_id))
         planned = routing.plan(conn, state["client_id"], state["chantier_id"])
+        iteration, brief = 1, None
+        if state["status"] == Status.QA_FAILED:  # the checks failed: iterate, or escalate
+            plan = iterations.plan(conn, message_id, s)
+            if plan.escalate:
+                iterations.escalate(conn, message_id, plan)
+                log.warning("escalated", message=message_id, iterations=plan.done, limit=plan.limit)
+                return Status.ESCALATED
+            iteration, brief = plan.next, iterations.brief(conn, message_id)
     # 2. the network, with no transaction open: the embedding and the proxy's health check
     vector = _embed(f"{msg.subject}\n{msg.split.cover}"[:2000])
     route = routing.check_proxy(planned, routing.http_healthy)
@@ -183,8 +208,8 @@ def _launch(message_id: int, s: Settings, stop: threading.Event) -> Result | str
         bundle = persona.load(conn, DEFAULT_AGENT, query="", embed=vector,
                               chantier_id=state["chantier_id"])
         system = prompt.system_prompt(state["intent"], state["complexity"], persona.render(bundle))
-        claim = launches.claim(conn, message_id, agent_codename=DEFAULT_AGENT, model=route.model,
-                               model_route=route.as_dict(), system_prompt=system.kind,
+        claim = launches.claim(conn, message_id, iteration=iteration, agent_codename=DEFAULT_AGENT,
+                               model=route.model, model_route=route.as_dict(), system_prompt=system.kind,
                                max_turns=system.max_turns)
         if claim is None:
             return sql.why_not(conn, STAGE, message_id)
@@ -196,7 +221,7 @@ def _launch(message_id: int, s: Settings, stop: threading.Event) -> Result | str
     user = prompt.user_prompt(
         message_ref=state["message_id_header"], client=client,
         intent=state["intent"], complexity=state["complexity"], confidence=state["confidence"] or 0.0,
-        rationale=state["rationale"] or "", cover=msg.split.cover, quoted=msg.split.quoted,
+        rationale=state["rationale"] or "", cover=msg.split.cover, quoted=msg.split.quoted, iteration=brief,
         attachments=msg.attachment_names, subject=msg.subject)
     return _run_agent(claim, state, s, system, user, route.model, stop)
 
@@ -216,19 +241,39 @@ def _embed(text: str) -> persona.Embed:
 def _run_agent(claim, state, s: Settings, system: prompt.SystemChoice, user: prompt.LaunchPrompt, model: str,
                stop: threading.Event) -> Result:
     base = (s.state_dir / "launches" / str(claim.launch_id)).resolve()
-    contract_path = base / prompt.CONTRACT_NAME
     lane = tools.policy(system.kind, tools.configured(s.agent_tools))
+    try:
+        run_as = agent_user(s)
+    except (KeyError, ValueError) as exc:  # fail closed: the agent never runs as root by mistake
+        with db.transaction() as conn:
+            launches.finish(conn, claim, ok=False, status=FAILED_STATUS, reason="agent_user_unavailable",
+                            salvage={"error": f"SYNEDRE_AGENT_USER={s.agent_user}: {exc}"})
+        log.error("spawn_agent_user_unavailable", message=claim.message_id, user=s.agent_user)
+        return Result(False, "agent_user_unavailable")
     # Private until the agent is done (see workspace.private_files); the merge comes after.
     with workspace.private_files():
         workspace.private_dir(base)
-        home = workspace.private_dir(base / "home")
-        workspace.private_dir(home / "tmp")
+        if run_as is None:
+            contract_path = base / prompt.CONTRACT_NAME
+            home = workspace.private_dir(base / "home")
+            workspace.private_dir(home / "tmp")
+            clones = None
+        else:
+            # The agent's own: under <state>/agent, which it may traverse but not list, as
+            # the state directory itself (0711); its launch dir stays root's, so nothing of
+            # the path to the contract is the agent's to swap but the last directory.
+            area = workspace.traversable_dir((s.state_dir / "agent").resolve())
+            mine = workspace.traversable_dir(area / str(claim.launch_id))
+            home = workspace.agent_dir(mine / "home", run_as)
+            workspace.agent_dir(home / "tmp", run_as)
+            contract_path = workspace.agent_dir(mine / "out", run_as) / prompt.CONTRACT_NAME
+            clones = workspace.traversable_dir(area / "worktrees")
         repo = s.workspace_repo or base / "scratch"
         if s.workspace_repo is None:  # no repository configured: an empty one, so git still works
             workspace.init_scratch(repo, s.workspace_base_branch)
         ws = workspace.open_workspace(Path(repo), base_branch=s.workspace_base_branch,
                                       name=f"msg-{claim.message_id}-a{claim.attempt}",
-                                      disabled=s.worktree_disabled)
+                                      disabled=s.worktree_disabled, root=clones, owner=run_as)
         contract_path.unlink(missing_ok=True)  # absent before the agent starts: only its own counts
         ndjson = workspace.private_file(base / "events.ndjson")
         with db.transaction() as conn:
@@ -254,10 +299,14 @@ def _run_agent(claim, state, s: Settings, system: prompt.SystemChoice, user: pro
         limits = runner.Limits(idle_timeout_s=s.idle_timeout_s, hard_timeout_s=s.hard_timeout_s,
                                budget_s=s.launch_budget_s)
         log.info("spawn_started", message=claim.message_id, attempt=claim.attempt, model=model, kind=system.kind,
-                 tools=",".join(lane.allowed))
-        outcome = runner.run(argv, cwd=ws.path, env=agent_env(s, claim.launch_id, home, contract_path),
+                 tools=",".join(lane.allowed), agent_user=run_as.name if run_as else None)
+        outcome = runner.run(argv, cwd=ws.path, env=agent_env(s, claim.launch_id, home, contract_path, run_as),
                              limits=limits, redactor=redactor(s), on_events=persist, ndjson_path=ndjson,
-                             on_session=session, stop=stop, umask=workspace.PRIVATE_UMASK)
+                             on_session=session, stop=stop, umask=workspace.PRIVATE_UMASK, run_as=run_as)
+    collect_error = None
+    if run_as is not None:  # its processes are gone: what it left can be looked at safely
+        workspace.settle_agent_file(contract_path)
+        collect_error = workspace.collect(ws)
     contract = read_contract(contract_path, "lean" if system.kind == "lean" else "rich")
     committed = prompt.committed_contracts(workspace.committed_paths(ws))
     verdict = succeeded(outcome, system.max_turns, contract.valid, contract_committed=bool(committed))
@@ -276,8 +325,9 @@ def _run_agent(claim, state, s: Settings, system: prompt.SystemChoice, user: pro
                         cost_usd=r.total_cost_usd if r else None,
                         contract=contract.contract.model_dump() if contract.contract else None,
                         salvage={**(salvage or {}), "merge": merged and merged.reason,
-                                 "contract_errors": contract.errors, "contract_committed": committed})
-    if ws.isolated:
+                                 "contract_errors": contract.errors, "contract_committed": committed,
+                                 **({"collect_error": collect_error} if collect_error else {})})
+    if ws.isolated and collect_error is None:  # a clone whose branch did not come back is kept
         workspace.close_workspace(ws)
     log.info("spawn_finished", message=claim.message_id, ok=verdict.ok, reason=verdict.reason,
              exit_code=outcome.exit_code, stop=outcome.stop_reason)

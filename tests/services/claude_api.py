@@ -31,6 +31,7 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -102,6 +103,18 @@ class ScriptedModel:
 
     def turn(self, index: int) -> Turn:
         return self.turns[index] if index < len(self.turns) else self.final
+
+
+class PerLaunch:
+    """Several launches against one API: each conversation gets the script `pick` chooses
+    from its first message (the step index restarts with every conversation)."""
+
+    def __init__(self, pick: Callable[[str], ScriptedModel]):
+        self.pick = pick
+
+    def for_request(self, body: dict[str, Any]) -> ScriptedModel:
+        messages = body.get("messages") or [{}]
+        return self.pick(json.dumps(messages[0], ensure_ascii=False))
 
 
 @dataclass
@@ -274,7 +287,10 @@ class _Handler(BaseHTTPRequestHandler):
         if is_main_request(body, dict(self.headers.items())):
             step = assistant_turns(body)
             self._record("main", body, step=step)
-            turn = self.server.model.turn(step)
+            model = self.server.model
+            # a script of scripts: one conversation per launch, each picks its own (see PerLaunch)
+            model = model.for_request(body) if hasattr(model, "for_request") else model
+            turn = model.turn(step)
         else:
             self._record("subagent" if self.headers.get(SUBAGENT_HEADER) else "aux", body)
             turn = Turn([text(AUX_TEXT)])

@@ -1,0 +1,109 @@
+"""Iteration after a failed deploy or QA (SPEC §9.4): the budget, the escalation, and the
+brief the next launch gets (previous commits, deploy log, QA errors, iso figures, and the
+previous run's transcript compacted by `orchestrate/compaction.py`)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from synedre.config import Settings
+from synedre.db.messages import audit
+from synedre.orchestrate import compaction
+from synedre.pipeline import Status
+
+BRIEF_TRANSCRIPT_CHARS = 20000
+DEPLOY_LOG_LINES = 60
+
+
+@dataclass(frozen=True)
+class Plan:
+    done: int  # launches so far
+    limit: int  # the budget that applies: generic, or iso-only
+    only_iso: bool
+    reasons: list[str]
+
+    @property
+    def escalate(self) -> bool:
+        return self.done >= self.limit
+
+    @property
+    def next(self) -> int:
+        return self.done + 1
+
+
+def plan(conn: Any, message_id: int, s: Settings) -> Plan:
+    done = conn.execute("SELECT count(*) AS n FROM synedre.launches WHERE message_id = %s",
+                        (message_id,)).fetchone()["n"]
+    run = conn.execute("SELECT id, deploy_ok, only_iso_mismatch FROM synedre.qa_runs WHERE message_id = %s"
+                       " ORDER BY id DESC LIMIT 1", (message_id,)).fetchone()
+    only_iso = bool(run and run["only_iso_mismatch"])
+    reasons = [] if run is None else sorted({r for (r,) in (
+        (x,) for c in conn.execute("SELECT reasons FROM synedre.qa_checks WHERE qa_run_id = %s", (run["id"],))
+        for x in c["reasons"])})
+    if run is not None and run["deploy_ok"] is False:
+        reasons = ["deploy_failed", *reasons]
+    return Plan(done, s.max_iso_iterations if only_iso else s.max_iterations, only_iso, reasons)
+
+
+def escalate(conn: Any, message_id: int, p: Plan) -> bool:
+    """Over budget: `escalated` (the alert to the founder follows), in the caller's transaction."""
+    moved = conn.execute("UPDATE synedre.email_states SET status = %s, status_at = now(), updated_at = now(),"
+                         " waiting_reason = NULL WHERE message_id = %s AND status = %s",
+                         (str(Status.ESCALATED), message_id, str(Status.QA_FAILED)))
+    if moved.rowcount == 1:
+        audit(conn, message_id, "escalated", launches=p.done, limit=p.limit, only_iso_mismatch=p.only_iso,
+              reasons=p.reasons)
+    return moved.rowcount == 1
+
+
+def brief(conn: Any, message_id: int) -> str:
+    """What the previous run did and how its checks failed, for the iteration prompt."""
+    launch = conn.execute("SELECT id, iteration, contract, salvage FROM synedre.launches WHERE message_id = %s"
+                          " ORDER BY attempt DESC LIMIT 1", (message_id,)).fetchone()
+    run = conn.execute("SELECT * FROM synedre.qa_runs WHERE launch_id = %s", (launch["id"],)).fetchone()
+    out = [f"Iteration {launch['iteration']} failed its checks."]
+    commits = (launch["contract"] or {}).get("commits") or (launch["salvage"] or {}).get("commits") or []
+    out.append("Your commits: " + (", ".join(map(str, commits)) if commits else "none recorded"))
+    if run is not None and not run["deploy_ok"]:
+        tail = "\n".join((run["deploy_log"] or "").splitlines()[-DEPLOY_LOG_LINES:])
+        out.append(f"The deploy (./deploy {run['target']} --preprod) failed, exit {run['deploy_exit_code']}; "
+                   f"its log ends with:\n{tail}")
+    if run is not None:
+        for c in conn.execute("SELECT * FROM synedre.qa_checks WHERE qa_run_id = %s AND status = 'failed'"
+                              " ORDER BY id", (run["id"],)):
+            d = c["detail"] or {}
+            lines = [f"Route {c['declared']}" + (f" (checked as {c['resolved']})" if c["resolved"] and
+                                                 c["resolved"] != c["declared"] else "")
+                     + f": {', '.join(c['reasons'])}" + (f", HTTP {c['http_status']}" if c["http_status"] else "")]
+            lines += [f"  page error: {e}" for e in d.get("page_errors", [])[:10]]
+            lines += [f"  console error: {e}" for e in d.get("console_errors", [])[:10]]
+            lines += [f"  failed request: {e}" for e in d.get("failed_requests", [])[:10]]
+            if d.get("error"):
+                lines.append(f"  {d['error']}")
+            if "iso" in d:
+                i = d["iso"]
+                lines.append(f"  mock-up conformity: {i['mismatch_ratio']:.1%} of pixels differ "
+                             f"(threshold {i['threshold']:.1%}); the diff image is {c['diff_image']}")
+            out.append("\n".join(lines))
+    events = [r["payload"] for r in conn.execute(
+        "SELECT payload FROM synedre.launch_events WHERE launch_id = %s ORDER BY seq", (launch["id"],))]
+    transcript = compaction.render(compaction.compact(events))
+    if len(transcript) > BRIEF_TRANSCRIPT_CHARS:
+        transcript = "[... start omitted ...]\n" + transcript[-BRIEF_TRANSCRIPT_CHARS:]
+    out.append("Your previous run, compacted:\n" + transcript)
+    return "\n\n".join(out)
+
+
+def summary(conn: Any, message_id: int) -> dict[str, Any]:
+    """The QA verdict per route of the last run, for the recap and the alerts."""
+    run = conn.execute("SELECT * FROM synedre.qa_runs WHERE message_id = %s ORDER BY id DESC LIMIT 1",
+                       (message_id,)).fetchone()
+    if run is None:
+        return {"deployed": False, "routes": []}
+    routes = [{"route": c["declared"], "resolved": c["resolved"], "status": c["status"], "reasons": c["reasons"],
+               "screenshot": c["screenshot"], "diff_image": c["diff_image"],
+               "detail": json.loads(json.dumps(c["detail"]))}
+              for c in conn.execute("SELECT * FROM synedre.qa_checks WHERE qa_run_id = %s ORDER BY id", (run["id"],))]
+    return {"deployed": bool(run["deploy_ok"]), "target": run["target"], "iteration": run["iteration"],
+            "verdict": run["verdict"], "deploy_log": run["deploy_log"], "routes": routes}

@@ -1,0 +1,172 @@
+"""Stages `qa` and `qa_route` (SPEC §9.3–9.5): the contract's routes re-resolved against the
+target's sitemap, then one check per route on any QA worker, joined in PostgreSQL.
+
+`plan` claims the message, resolves the routes and writes one `qa_checks` row each (a
+route absent from the sitemap is failed there, without a browser run); the task then
+enqueues one `qa_route` task per route to check. `check_one` claims one pending route of
+the message (`FOR UPDATE SKIP LOCKED`: several workers share a message's routes), checks
+it in Chromium with no transaction open, writes its result, and the last one to finish
+moves the message to `qa_passed` or `qa_failed` with a conditional UPDATE.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from synedre import db
+from synedre.config import Settings, get_settings
+from synedre.db import pipeline as sql
+from synedre.log import log
+from synedre.orchestrate import iso, qa
+from synedre.orchestrate.stage import contract_of, latest_launch
+from synedre.pipeline import BY_NAME, Status
+
+PLAN, ROUTE = BY_NAME["qa"], BY_NAME["qa_route"]
+CHECK_LEASE_S = 300  # a route claimed longer ago than this belongs to a dead QA worker
+
+
+def shots_dir(s: Settings, message_id: int, run_id: int) -> Path:
+    """The message's private directory for this run's proof (0700 all the way down)."""
+    path = (s.state_dir / "messages" / str(message_id) / "qa" / f"run-{run_id}").resolve()
+    for p in (path.parents[2], path.parents[1], path.parent, path):
+        p.mkdir(exist_ok=True, mode=0o700)
+        os.chmod(p, 0o700)
+    return path
+
+
+def plan(message_id: int, s: Settings | None = None) -> tuple[Status, int] | str:
+    """(status written, routes left to check), or why nothing was done."""
+    s = s or get_settings()
+    with db.transaction() as conn:
+        claim = sql.claim(conn, PLAN, message_id)
+        if claim is None:
+            return sql.why_not(conn, PLAN, message_id)
+        launch = latest_launch(conn, message_id)
+        if launch is None:
+            raise LookupError(f"message {message_id} is deployed but has no launch")
+        run = _one(conn, "SELECT * FROM synedre.qa_runs WHERE launch_id = %s", launch["id"])
+    routes = list(getattr(contract_of(launch), "routes_to_qa", []))
+    with sql.working(claim):
+        sitemap_error: str | None = None
+        try:
+            sitemap = qa.fetch_sitemap(run["base_url"], s.qa_timeout_s)
+            resolutions = qa.resolve_routes(routes, sitemap)
+        except qa.SitemapError as exc:
+            resolutions, sitemap_error = [], str(exc)[:300]
+        with db.transaction() as conn:
+            for r in resolutions:
+                unresolved = r.resolved is None
+                conn.execute(
+                    """INSERT INTO synedre.qa_checks (qa_run_id, declared, resolved, resolution, status, reasons)
+                       VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (qa_run_id, declared) DO NOTHING""",
+                    (run["id"], r.declared, r.resolved, r.reason, "failed" if unresolved else "pending",
+                     Jsonb([r.reason] if unresolved else [])))
+            pending = _one(conn, "SELECT count(*) AS n FROM synedre.qa_checks WHERE qa_run_id = %s"
+                                 " AND status = 'pending'", run["id"])["n"]
+            detail = {"routes": routes, "resolved": {r.declared: [r.resolved, r.reason] for r in resolutions},
+                      "to_check": pending}
+            if sitemap_error is not None or pending == 0:
+                _verdict(conn, run["id"], passed=False, only_iso=False)
+                sql.write(conn, claim, Status.QA_FAILED, "qa_failed",
+                          {**detail, "reason": sitemap_error and f"sitemap: {sitemap_error}"
+                           or "no declared route is in the sitemap"})
+                return Status.QA_FAILED, 0
+            sql.write(conn, claim, Status.QA, "qa_planned", detail)
+    return Status.QA, pending
+
+
+def check_one(message_id: int, s: Settings | None = None) -> Status | str:
+    """Check one route of the message; the status when this check was the last one."""
+    s = s or get_settings()
+    with db.transaction() as conn:
+        row = conn.execute(
+            f"""UPDATE synedre.qa_checks SET status = 'running', claimed_at = now()
+                 WHERE id = (SELECT c.id FROM synedre.qa_checks c
+                               JOIN synedre.qa_runs r ON r.id = c.qa_run_id
+                               JOIN synedre.email_states e ON e.message_id = r.message_id
+                              WHERE r.message_id = %s AND e.status = %s AND r.verdict IS NULL
+                                AND (c.status = 'pending' OR (c.status = 'running'
+                                     AND c.claimed_at < now() - interval '{CHECK_LEASE_S} seconds'))
+                              ORDER BY c.id LIMIT 1 FOR UPDATE OF c SKIP LOCKED)
+             RETURNING id, qa_run_id, declared, resolved""", (message_id, str(Status.QA))).fetchone()
+        if row is None:
+            return sql.why_not(conn, ROUTE, message_id) if _status(conn, message_id) != Status.QA \
+                else "no route left to check"
+        run = _one(conn, "SELECT * FROM synedre.qa_runs WHERE id = %s", row["qa_run_id"])
+        mockup = _mockup(conn, message_id, row["resolved"], row["declared"])
+    from synedre.spawn.stage import redactor
+
+    shot = shots_dir(s, message_id, run["id"]) / f"check-{row['id']}.png"
+    try:
+        result = qa.check_route(run["base_url"], row["resolved"], shot, s.qa_timeout_s, mockup, s.iso_threshold,
+                                redact=redactor(s).redact_text)
+        reasons, detail = list(result.reasons), _detail(result)
+    except (qa.BrowserUnavailable, iso.IsoError) as exc:  # no browser here, an unreadable mock-up
+        result, reasons, detail = None, ["browser_error"], {"error": str(exc)[:300]}
+    with db.transaction() as conn:
+        conn.execute(
+            """UPDATE synedre.qa_checks SET status = %s, reasons = %s, detail = %s, http_status = %s,
+                      screenshot = %s, diff_image = %s WHERE id = %s AND status = 'running'""",
+            ("failed" if reasons else "passed", Jsonb(reasons), Jsonb(detail),
+             result.http_status if result else None,
+             str(result.screenshot) if result and result.screenshot else None,
+             str(result.iso.diff_image) if result and result.iso and result.iso.diff_image else None, row["id"]))
+        left = _one(conn, "SELECT count(*) AS n FROM synedre.qa_checks WHERE qa_run_id = %s"
+                          " AND status IN ('pending', 'running')", run["id"])["n"]
+        if left:
+            return f"checked {row['resolved']}; {left} route(s) left"
+        checks = conn.execute("SELECT status, reasons FROM synedre.qa_checks WHERE qa_run_id = %s",
+                              (run["id"],)).fetchall()
+        passed = all(c["status"] == "passed" for c in checks)
+        failed_reasons = {r for c in checks for r in c["reasons"]}
+        only_iso = not passed and failed_reasons == {iso.ISO_MISMATCH}
+        status = Status.QA_PASSED if passed else Status.QA_FAILED
+        # the last check to finish moves the message on; a concurrent last one finds it moved
+        moved = conn.execute("UPDATE synedre.email_states SET status = %s, status_at = now(), updated_at = now()"
+                             " WHERE message_id = %s AND status = %s", (str(status), message_id, str(Status.QA)))
+        if moved.rowcount != 1:
+            return "verdict already written"
+        _verdict(conn, run["id"], passed=passed, only_iso=only_iso)
+        sql.audit(conn, message_id, "qa_passed" if passed else "qa_failed",
+                  routes=len(checks), reasons=sorted(failed_reasons), only_iso_mismatch=only_iso)
+    log.info("qa_verdict", message=message_id, passed=passed, reasons=sorted(failed_reasons))
+    return status
+
+
+def _one(conn: Any, query: str, *args: Any) -> dict[str, Any]:
+    row = conn.execute(query, args).fetchone()
+    if row is None:
+        raise LookupError(f"expected a row: {query[:60]}")
+    return row
+
+
+def _status(conn: Any, message_id: int) -> str | None:
+    row = conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s", (message_id,)).fetchone()
+    return row["status"] if row else None
+
+
+def _verdict(conn: Any, run_id: int, *, passed: bool, only_iso: bool) -> None:
+    conn.execute("UPDATE synedre.qa_runs SET verdict = %s, only_iso_mismatch = %s, ended_at = now() WHERE id = %s",
+                 ("passed" if passed else "failed", only_iso, run_id))
+
+
+def _mockup(conn: Any, message_id: int, resolved: str, declared: str) -> Path | None:
+    row = conn.execute(
+        """SELECT m.path FROM synedre.mockups m JOIN synedre.email_states e ON e.chantier_id = m.chantier_id
+            WHERE e.message_id = %s AND m.route IN (%s, %s) ORDER BY m.route = %s DESC LIMIT 1""",
+        (message_id, resolved, qa.normalize_path(declared), resolved)).fetchone()
+    return Path(row["path"]) if row else None
+
+
+def _detail(r: qa.RouteResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"console_errors": list(r.console_errors), "page_errors": list(r.page_errors),
+                           "failed_requests": list(r.failed_requests)}
+    if r.error:
+        out["error"] = r.error
+    if r.iso is not None:
+        out["iso"] = {"mismatch_ratio": round(r.iso.mismatch_ratio, 4), "threshold": r.iso.threshold,
+                      "mismatched_pixels": r.iso.mismatched_pixels, "compared_pixels": r.iso.compared_pixels}
+    return out

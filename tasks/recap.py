@@ -1,0 +1,19 @@
+"""Queue `recap`: the founder's recap, and his alerts, through the mail facade (SPEC §9.6)."""
+from synedre.orchestrate import recap as stage
+from tasks._common import RETRY, advance, bind
+from tasks.app import app
+
+DEFER = dict(autoretry_for=(stage.RecapDeferred, *RETRY["autoretry_for"]), retry_backoff=5, retry_backoff_max=300,
+             max_retries=20)
+
+
+@app.task(name="synedre.recap", bind=True, soft_time_limit=300, time_limit=330, **DEFER)
+def recap(self, message_id: int) -> str:
+    mid = bind(self, message_id)
+    return advance(mid, stage.run(mid))
+
+
+@app.task(name="synedre.alert", bind=True, soft_time_limit=300, time_limit=330, **DEFER)
+def alert(self, message_id: int) -> str:
+    bind(self, message_id)
+    return stage.alert(int(message_id))
