@@ -63,11 +63,13 @@ def worker_env(g) -> dict[str, str]:
     return {"SYNEDRE_DB_POOL_MAX": str(g.concurrency + 2)} if g.pool == "threads" else {}
 
 
-def children() -> list[Child]:
+def children(flower: bool = False) -> list[Child]:
     py = sys.executable
     out = [Child("beat", [py, "-m", "celery", "-A", "tasks", "beat", "--loglevel", "INFO",
                           "-S", "redbeat.RedBeatScheduler"]),
            Child("idle", [py, "-m", "synedre.cli", "idle"])]
+    if flower:  # `synedre flower` execs Flower: loopback, credentials only in its environment
+        out.append(Child("flower", [py, "-m", "synedre.cli", "flower"]))
     for name, g in implemented_groups().items():
         for i in range(1, g.processes + 1):
             out.append(Child(f"{name}-{i}", worker_argv(g, f"{name}-{i}@%h"), worker_env(g)))
