@@ -37,8 +37,21 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _table(*names: str, no_wrap: tuple[str, ...] = ("id",)) -> Table:
+    """A table that fits the terminal by folding long cells onto more lines, never cutting
+    them: a status or a codename is always shown whole. Ids never wrap."""
+    table = Table()
+    for name in names:
+        table.add_column(name, overflow="fold", no_wrap=name in no_wrap)
+    return table
+
+
 @app.callback()
-def _main() -> None:
+def _main(verbose: bool = typer.Option(False, "--verbose", "-v",
+                                       help="Log at DEBUG, here and in every process this command starts")) -> None:
+    if verbose:  # through the environment, so the fleet's children log at DEBUG too
+        os.environ["SYNEDRE_LOG_LEVEL"] = "DEBUG"
+        get_settings.cache_clear()
     s = get_settings()
     logging_setup.configure(s.log_format, s.log_level)
 
@@ -86,6 +99,35 @@ def db_url() -> None:
     sys.stdout.write(urlunsplit(u) + "\n")
 
 
+@directory_app.command("mockup")
+def directory_mockup(chantier: str, route: str, image: Path) -> None:
+    """Attach a mock-up image to a route of a chantier: QA compares the page with it."""
+    import re
+    import shutil
+
+    from synedre import db
+    from synedre.orchestrate import iso
+
+    try:
+        iso.load_image(image)
+    except (OSError, iso.IsoError) as exc:
+        fail(f"{image}: not a readable image ({exc})", 2)
+    with db.transaction() as conn:
+        row = conn.execute("SELECT id FROM synedre.chantiers WHERE codename = %s", (chantier,)).fetchone()
+        if row is None:
+            fail(f"no chantier {chantier!r}")
+        # a private copy: QA workers must not depend on the operator's file staying put
+        target = (get_settings().state_dir / "mockups" / chantier).resolve()
+        target.mkdir(parents=True, exist_ok=True, mode=0o700)
+        copy = target / f"{re.sub(r'[^A-Za-z0-9]+', '-', route).strip('-') or 'root'}.png"
+        shutil.copyfile(image, copy)
+        os.chmod(copy, 0o600)
+        conn.execute("INSERT INTO synedre.mockups (chantier_id, route, path) VALUES (%s, %s, %s)"
+                     " ON CONFLICT (chantier_id, route) DO UPDATE SET path = EXCLUDED.path",
+                     (row["id"], route, str(copy)))
+    console.print(f"mock-up for {chantier} {route}: {copy}")
+
+
 @directory_app.command("import")
 def directory_import(file: Path) -> None:
     """Load the directory from a JSON file; re-importing updates, never duplicates."""
@@ -130,7 +172,7 @@ def inspect(
         sys.stdout.write(json.dumps(rows if all_ else rows[0], ensure_ascii=False, indent=1, default=str) + "\n")
         return
     if all_:
-        table = Table("id", "status", "dkim", "intent", "client", "subject", "waiting")
+        table = _table("id", "status", "dkim", "intent", "client", "subject", "waiting")
         for r in rows:
             table.add_row(str(r["id"]), r["status"], "✓" if r["dkim_pass"] else "✗", _intent(r),
                           _client(r), escape((r["subject"] or "")[:60]), escape(r["waiting_reason"] or ""))
@@ -360,8 +402,8 @@ def list_launches(running: bool = typer.Option(False, "--running", help="Only ru
     if as_json:
         sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=1, default=str) + "\n")
         return
-    table = Table("id", "message", "try", "status", "model", "prompt", "turns", "cost", "exit", "stop", "merge",
-                  "started")
+    table = _table("id", "message", "try", "status", "model", "prompt", "turns", "cost", "exit", "stop", "merge",
+                   "started", no_wrap=("id", "message", "try"))
     for r in rows:
         table.add_row(str(r["id"]), str(r["message_id"]), str(r["attempt"]), r["status"], r["model"] or "",
                       r["system_prompt"] or "", str(r["num_turns"] or ""), str(r["cost_usd"] or ""),
@@ -464,8 +506,28 @@ def idle() -> None:
 
 
 @app.command()
-def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to finish on stop")) -> None:
-    """Run everything: migrations, then beat, the workers and the IDLE watcher."""
+def flower(address: str | None = typer.Option(None, help="Interface to listen on (default: SYNEDRE_FLOWER_ADDRESS,"
+                                                         " itself 127.0.0.1)"),
+           port: int | None = typer.Option(None, help="Port (default: SYNEDRE_FLOWER_PORT, itself 5555)")) -> None:
+    """Flower, the Celery dashboard: on 127.0.0.1 by default, never without authentication.
+
+    Credentials (user:password) come from FLOWER_BASIC_AUTH or the file SYNEDRE_FLOWER_AUTH_FILE names.
+    They reach Flower through its environment, never its command line; without them it exits 2."""
+    s = get_settings()
+    auth, why = s.flower_auth()
+    if auth is None:  # its API can send tasks, hence launch agents (SPEC §12b)
+        fail(f"{why}: Flower never runs without authentication", 2)
+    argv = [sys.executable, "-m", "celery", "-A", "tasks", "flower",
+            f"--address={address or s.flower_address}", f"--port={port or s.flower_port}"]
+    # The credentials go through the environment, which Flower reads itself: never in
+    # argv, which every user of the machine can read in /proc.
+    os.execve(sys.executable, argv, {**os.environ, "FLOWER_BASIC_AUTH": auth.get_secret_value()})
+
+
+@app.command()
+def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to finish on stop"),
+          with_flower: bool = typer.Option(False, "--flower", help="Also run Flower (as `synedre flower`)")) -> None:
+    """Run everything: migrations, then beat, the workers and the IDLE watcher (and Flower)."""
     from synedre import db, fleet as fleet_mod, kv
     from synedre.db.migrate import MigrationError, upgrade
     from synedre.log import log
@@ -478,6 +540,8 @@ def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to 
             box.password()
     except registry.RegistryError as exc:
         fail(str(exc), 2)
+    if with_flower and (why := s.flower_auth()[1]):
+        fail(f"--flower: {why}: Flower never runs without authentication", 2)
     try:
         kv.client().ping()
     except Exception as exc:
@@ -501,7 +565,7 @@ def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to 
         if embedded and db.ensure_embedded(s):
             log.error("embedded_database_restarted", pgdata=str(db.embedded_pgdata(s)))
 
-    code = fleet_mod.supervise(fleet_mod.children(), env, grace, watch=watch_database)
+    code = fleet_mod.supervise(fleet_mod.children(flower=with_flower), env, grace, watch=watch_database)
     if embedded and db.stop_embedded(s):
         console.print("embedded database stopped")
     raise typer.Exit(code)

@@ -41,8 +41,8 @@ def write_page(content: str, message: str) -> dict:
                 f"git commit -qm '{message}'")
 
 
-def contract_step(routes=("/contact",), tenant="acme", draft=DRAFT) -> dict:
-    body = {"ok": True, "tenant": tenant, "routes_to_qa": list(routes), "commits": ["__SHA__"],
+def contract_step(routes=("/contact",), tenant="acme", draft=DRAFT, commits=True) -> dict:
+    body = {"ok": True, "tenant": tenant, "routes_to_qa": list(routes), "commits": ["__SHA__"] if commits else [],
             "summary_md": "La page contact est corrigée.", "draft_reply_for_user": draft}
     js = json.dumps(body).replace('"__SHA__"', '"\'"$(git rev-parse --short HEAD)"\'"')
     return bash(f"printf '%s' '{js}' > \"$SYNEDRE_CONTRACT_PATH\"")
