@@ -81,6 +81,16 @@ def find_stuck(stages: tuple[Stage, ...] = STAGES) -> list[tuple[int, str]]:
     return found
 
 
+def pending_routes(message_id: int) -> int:
+    """Routes of the message's current QA run still to check (one task each), at least 1."""
+    with db.transaction() as conn:
+        row = conn.execute(
+            """SELECT count(*) AS n FROM synedre.qa_checks c JOIN synedre.qa_runs r ON r.id = c.qa_run_id
+                WHERE r.message_id = %s AND r.verdict IS NULL AND c.status IN ('pending', 'running')""",
+            (message_id,)).fetchone()
+    return max(1, row["n"] if row else 1)
+
+
 def fail_lost_launches(lock_held) -> list[int]:
     """Launches whose worker died: `spawning` with no live message lock (a running launch
     renews it). Marked failed, resumable when a session was recorded; never relaunched."""

@@ -6,7 +6,7 @@ from synedre.mail import registry
 from synedre.pipeline import STAGES
 from synedre.spawn import locks
 from synedre.spawn.locks import MessageLock
-from synedre.sweep import broker_epoch_lost, fail_lost_launches, find_stuck, waiting_everywhere
+from synedre.sweep import broker_epoch_lost, fail_lost_launches, find_stuck, pending_routes, waiting_everywhere
 from tasks._common import RETRY
 from tasks.app import app, enqueue
 
@@ -18,18 +18,20 @@ def sweep() -> int:
     paused = locks.spawn_disabled(r, get_settings().spawn_disabled)
     # held launches are offered again on resume, not while paused
     stages = tuple(s for s in STAGES if not (paused and s.name == "spawn"))
+    stuck = find_stuck(stages)  # expired claims and long waits, always
     if broker_epoch_lost(r):
         # Redis came back empty: every queued task is gone. Offer everything waiting now,
         # and poll every mailbox (mail may have arrived meanwhile).
-        stuck = waiting_everywhere(tuple(s for s in stages if s.name != "poll"))
+        stuck += [m for m in waiting_everywhere(tuple(s for s in stages if s.name != "poll")) if m not in stuck]
         for box in _mailboxes():
             app.send_task("synedre.poll", args=[box], expires=get_settings().poll_interval_s)
         log.warning("broker_epoch_lost", requeued=len(stuck))
-    else:
-        stuck = find_stuck(stages)
     for mid, stage in stuck:
-        enqueue(stage, mid)
+        for _ in range(pending_routes(mid) if stage == "qa_route" else 1):
+            enqueue(stage, mid)
     lost = fail_lost_launches(lambda mid: MessageLock(r, str(mid)).holder() is not None)
+    for mid in lost:  # the founder hears of a launch lost with its worker
+        enqueue("alert", mid)
     return len(stuck) + len(lost)
 
 
