@@ -43,11 +43,13 @@ worker_send_task_events = True
 task_send_sent_event = True
 
 imports = ["tasks.poll", "tasks.scan", "tasks.ocr", "tasks.classify", "tasks.materialize", "tasks.sweep", "tasks.spawn",
-           "tasks.deploy", "tasks.qa", "tasks.recap", "beat_schedule"]
+           "tasks.deploy", "tasks.qa", "tasks.recap", "tasks.report", "beat_schedule"]
 
 beat_scheduler = "redbeat.RedBeatScheduler"
 redbeat_redis_url = broker_url
 redbeat_key_prefix = "synedre:redbeat"
-# The lock that makes one beat the scheduler; a second beat waits for it.
-redbeat_lock_timeout = 5 * 60
+# The lock that makes one beat the scheduler; a second beat waits for it. Beat renews it at
+# every tick (at most beat_max_loop_interval apart), so a beat killed without releasing it
+# blocks its replacement for this long only (no sweep, no safety-net poll meanwhile).
+redbeat_lock_timeout = 30
 beat_max_loop_interval = 5

@@ -72,35 +72,43 @@ class Stage:
     retryable_from: tuple[Status, ...] = ()
 
 
+# How long a message may wait at a stage's entry status before the sweep offers it again:
+# its task may have been lost (a worker killed between its commit and its enqueue, a broker
+# that lost its data). Offering again is idempotent (the claim), so erring short is cheap;
+# a claimed message is covered by its lease instead (db/pipeline.py CLAIM_LEASE_S).
+ENTRY_WAIT_S = 45
+
 STAGES: tuple[Stage, ...] = (
     Stage("poll", "poll", "ingest", (), None, (Status.RECEIVED, Status.PARSE_FAILED), 0),
     Stage("scan", "scan", "read", (Status.RECEIVED,), Status.SCANNING,
-          (Status.SCANNED, Status.BLOCKED_UNSAFE_ATTACHMENT), 120,
+          (Status.SCANNED, Status.BLOCKED_UNSAFE_ATTACHMENT), ENTRY_WAIT_S,
           retryable_from=(Status.BLOCKED_UNSAFE_ATTACHMENT,)),
-    Stage("ocr", "ocr", "read", (Status.SCANNED,), Status.READING, (Status.READ,), 1200),
-    # The LLM is retried with backoff for up to ~10 min before classify_failed.
+    Stage("ocr", "ocr", "read", (Status.SCANNED,), Status.READING, (Status.READ,), ENTRY_WAIT_S),
+    # Between LLM retries the message waits with `waiting_until` set: the sweep leaves it be.
     Stage("classify", "classify", "classify", (Status.READ,), Status.CLASSIFYING,
-          (Status.CLASSIFIED, Status.CLASSIFY_FAILED), 900, retryable_from=(Status.CLASSIFY_FAILED,)),
+          (Status.CLASSIFIED, Status.CLASSIFY_FAILED), ENTRY_WAIT_S, retryable_from=(Status.CLASSIFY_FAILED,)),
     Stage("materialize", "materialize", "classify", (Status.CLASSIFIED,), Status.MATERIALIZING,
-          (Status.MATERIALIZED, Status.NOISE), 120),
-    # A materialized message may wait for a launch slot or a paused switch for long. From
+          (Status.MATERIALIZED, Status.NOISE), ENTRY_WAIT_S),
+    # A message held (paused, no slot) waits with its reason and `waiting_until`; the sweep
+    # leaves those be and beat's selection offers materialized ones every minute. From
     # qa_failed it is the next iteration (or, over budget, the escalation).
     Stage("spawn", "spawn", "spawn", (Status.MATERIALIZED, Status.QA_FAILED), Status.SPAWNING,
-          (Status.SPAWNED, Status.SPAWN_FAILED, Status.ESCALATED), 600, on_stuck="fail",
+          (Status.SPAWNED, Status.SPAWN_FAILED, Status.ESCALATED), 120, on_stuck="fail",
           retryable_from=(Status.SPAWN_FAILED,)),
     Stage("deploy", "deploy", "after", (Status.SPAWNED,), Status.DEPLOYING,
-          (Status.DEPLOYED, Status.QA_FAILED, Status.REPORT_DUE, Status.ORCHESTRATION_FAILED), 1200,
+          (Status.DEPLOYED, Status.QA_FAILED, Status.REPORT_DUE, Status.ORCHESTRATION_FAILED), ENTRY_WAIT_S,
           retryable_from=(Status.ORCHESTRATION_FAILED,)),
-    Stage("qa", "qa", "qa", (Status.DEPLOYED,), Status.QA_PLANNING, (Status.QA, Status.QA_FAILED), 120),
+    Stage("qa", "qa", "qa", (Status.DEPLOYED,), Status.QA_PLANNING, (Status.QA, Status.QA_FAILED), ENTRY_WAIT_S),
     # One task per route, on any QA worker; each claims one route of the message in
     # PostgreSQL, and the last to finish writes the verdict (no chord, no result backend).
     Stage("qa_route", "qa", "qa", (Status.QA,), None, (Status.QA_PASSED, Status.QA_FAILED), 300),
     Stage("recap", "recap", "after", (Status.QA_PASSED, Status.REPORT_DUE), Status.REPORTING,
-          (Status.ACTIONED,), 300),
+          (Status.ACTIONED,), ENTRY_WAIT_S),
 )
 BY_NAME = {s.name: s for s in STAGES}
 # Housekeeping tasks that are not stages; they run on the ingest workers' queue.
-HOUSEKEEPING = {"sweep": "poll", "spawn_select": "poll", "lock_watchdog": "poll", "alert": "recap"}
+HOUSEKEEPING = {"sweep": "poll", "spawn_select": "poll", "lock_watchdog": "poll", "alert": "recap",
+                "report_calibration": "recap"}
 
 
 class WorkerGroup(NamedTuple):

@@ -32,4 +32,21 @@ def advance(message_id: int, result: Status | str) -> str:
             enqueue("alert", message_id)
         return str(result)
     log.info("stage_nothing_to_do", message=message_id, reason=result)
+    if result.startswith("already past"):
+        # the message moved on but its next task may be lost (a worker killed between its
+        # commit and its enqueue): offer the stage it waits for; the claim makes it idempotent
+        waiting = _waiting_for(message_id)
+        if waiting is not None:
+            enqueue(waiting, message_id)
     return f"nothing to do: {result}"
+
+
+def _waiting_for(message_id: int) -> str | None:
+    from synedre import db
+
+    with db.transaction() as conn:
+        # a transition of the last seconds has its own enqueue on the way: no duplicate then
+        row = conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s"
+                           " AND status_at < now() - interval '3 seconds'", (message_id,)).fetchone()
+    stage = consumer_of(row["status"]) if row else None
+    return stage.name if stage else None

@@ -40,7 +40,7 @@ def enqueue(stage: str, message_id: int) -> bool:
 # A worker killed with a task unacknowledged leaves it in kombu's `unacked` hash until the
 # visibility timeout (hours): at start, a worker hands back those whose message no live
 # execution holds. Stages are idempotent, so a copy of a live task would cost a no-op.
-ORPHAN_AFTER_S = 15.0
+ORPHAN_AFTER_S = 5.0
 
 
 @worker_ready.connect
