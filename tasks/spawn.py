@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 from celery.signals import worker_ready, worker_shutting_down
 
-from synedre import kv
+from synedre import incidents, kv
 from synedre.config import get_settings
 from synedre.db import launches
 from synedre.log import log
@@ -88,4 +88,6 @@ def lock_watchdog() -> int:
     for lock in stale:
         log.error("spawn_lock_stale", **{k: v for k, v in lock.items() if k != "message_id"},
                   message=lock.get("message_id"))
+    if stale:  # escalated into Atlas's inbox, once an hour (SPEC §12)
+        incidents.safely(incidents.stale_locks(stale))
     return len(stale)

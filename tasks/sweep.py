@@ -1,5 +1,5 @@
 """The sweep (beat, every few seconds): re-enqueue messages stuck at a stage (SPEC §12)."""
-from synedre import kv
+from synedre import incidents, kv
 from synedre.config import get_settings
 from synedre.log import log
 from synedre.mail import registry
@@ -19,6 +19,7 @@ def sweep() -> int:
     # held launches are offered again on resume, not while paused
     stages = tuple(s for s in STAGES if not (paused and s.name == "spawn"))
     stuck = find_stuck(stages)  # expired claims and long waits, always
+    overdue = list(stuck)  # not what a broker loss re-offers below: that is not stuck
     if broker_epoch_lost(r):
         # Redis came back empty: every queued task is gone. Offer everything waiting now,
         # and poll every mailbox (mail may have arrived meanwhile).
@@ -29,6 +30,8 @@ def sweep() -> int:
     for mid, stage in stuck:
         for _ in range(pending_routes(mid) if stage == "qa_route" else 1):
             enqueue(stage, mid)
+    if overdue:  # escalated into Atlas's inbox, once an hour (SPEC §12)
+        incidents.safely(incidents.stuck_stages(overdue))
     lost = fail_lost_launches(lambda mid: MessageLock(r, str(mid)).holder() is not None)
     for mid in lost:  # the founder hears of a launch lost with its worker
         enqueue("alert", mid)
