@@ -33,6 +33,11 @@ ASK_LEVEL: persona.Level = "metier"
 # A model with no row in synedre.ai_prices is costed at this (USD per million tokens, in
 # and out), a frontier model's price: an unknown price must not make an ask free.
 DEFAULT_USD_PER_MTOK = (Decimal(15), Decimal(75))
+# The claude -p path: a short answer, not a launch.
+ASK_MAX_TURNS = 2
+ASK_MAX_BUDGET_USD = 0.5
+ASK_LIMITS_S = (120.0, 300.0)  # idle, hard
+
 ASK_INSTRUCTIONS = ("Réponds en une fois, dans ta voix et depuis ton périmètre, à la question "
                     "ci-dessous. Si elle sort de ton périmètre, dis-le et nomme la famille qui "
                     "en répond. Pas d'action : tu conseilles, tu ne modifies rien.")
@@ -159,7 +164,8 @@ def ask_messages(system: str, question: str) -> list[dict[str, Any]]:
             {"role": "user", "content": question}]
 
 
-def _event(conn: Conn, ask_id: int, event_type: str, **payload: Any) -> None:
+def _event(conn: Conn, ask_id: int, event_type: str, raw: dict[str, Any] | None = None, **payload: Any) -> None:
+    payload = {**(raw or {}), **payload}
     conn.execute("""INSERT INTO synedre.agent_ask_events (ask_id, seq, event_type, payload)
                     SELECT %s, coalesce(max(seq), 0) + 1, %s, %s FROM synedre.agent_ask_events
                      WHERE ask_id = %s""", (ask_id, event_type, Jsonb(payload), ask_id))
@@ -177,6 +183,74 @@ def _query_vector(question: str) -> persona.Embed:
     return cached
 
 
+@dataclass(frozen=True)
+class _Answer:
+    text: str | None  # None: no answer, see `failure`
+    provider: str | None = None
+    model: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: Decimal | None = None  # None: priced from the tokens
+    failure: str | None = None
+    detail: dict[str, Any] | None = None
+
+
+def _via_facade(system: str, question: str) -> _Answer:
+    answer = ai.complete(ASK_FEATURE, ask_messages(system, question))
+    if answer is None:
+        return _Answer(None, failure=ai.last_failure())
+    return _Answer(answer.text, answer.provider, answer.model, answer.input_tokens, answer.output_tokens,
+                   detail={"duration_s": round(answer.duration_s, 3)})
+
+
+def _via_claude(ask_id: int, system: str, question: str, s: Settings,
+                tx: Callable[[], Any]) -> _Answer:
+    """A short `claude -p`: a few turns, no tool at all (`--tools ""`: nothing that writes,
+    nothing that runs), in an empty private directory, the launch's environment and user."""
+    from synedre.spawn import routing, runner, stage, workspace
+
+    try:
+        run_as = stage.agent_user(s)
+    except (KeyError, ValueError) as exc:  # fail closed: never as root by mistake
+        return _Answer(None, failure=f"agent user {s.agent_user!r} unavailable: {exc}")
+    base = workspace.private_dir((s.state_dir / "asks" / str(ask_id)).resolve())
+    if run_as is None:
+        home = workspace.private_dir(base / "home")
+        workspace.private_dir(home / "tmp")
+        cwd = workspace.private_dir(base / "work")
+    else:
+        mine = workspace.traversable_dir(workspace.traversable_dir((s.state_dir / "agent").resolve())
+                                         / f"ask-{ask_id}")
+        home = workspace.agent_dir(mine / "home", run_as)
+        workspace.agent_dir(home / "tmp", run_as)
+        cwd = workspace.agent_dir(mine / "work", run_as)
+    env = {**stage.agent_env(s, 0, home, None, run_as), "SYNEDRE_WORKER_CONTEXT": f"ask:{ask_id}"}
+    argv = runner.build_argv(s.claude_bin, add_dir=cwd, prompt=question,
+                             system_prompt=f"{system}\n\n{ASK_INSTRUCTIONS}", model=routing.DEFAULT_MODEL,
+                             max_turns=ASK_MAX_TURNS, allowed_tools=[],
+                             max_budget_usd=min(s.max_budget_usd, ASK_MAX_BUDGET_USD))
+
+    def persist(batch: runner.Batch) -> None:
+        with tx() as conn:
+            for event, payload in batch:
+                _event(conn, ask_id, f"claude:{event.event_type}", payload)
+
+    limits = runner.Limits(idle_timeout_s=ASK_LIMITS_S[0], hard_timeout_s=ASK_LIMITS_S[1],
+                           budget_s=ASK_LIMITS_S[1])
+    outcome = runner.run(argv, cwd=cwd, env=env, limits=limits, redactor=stage.redactor(s),
+                         on_events=persist, ndjson_path=None, umask=workspace.PRIVATE_UMASK, run_as=run_as)
+    r = outcome.result
+    detail = {"stop_reason": outcome.stop_reason, "exit_code": outcome.exit_code,
+              "num_turns": r.num_turns if r else None, "duration_s": round(outcome.duration_s, 3)}
+    if r is None or r.subtype != "success" or r.is_error or not (r.result or "").strip():
+        why = f"claude: {outcome.stop_reason}" + (f", result {r.subtype} is_error={r.is_error}" if r else "")
+        return _Answer(None, failure=why, detail=detail)
+    usage = r.usage or {}
+    return _Answer(r.result, "claude", routing.DEFAULT_MODEL, int(usage.get("input_tokens") or 0),
+                   int(usage.get("output_tokens") or 0),
+                   Decimal(str(r.total_cost_usd)) if r.total_cost_usd is not None else None, detail=detail)
+
+
 def ask(codename: str, question: str, *, via: Via = "facade", settings: Settings | None = None,
         transaction: Callable[[], Any] | None = None) -> AskResult:
     """`codename` answers `question` in its persona's voice, journalled with its cost."""
@@ -184,8 +258,8 @@ def ask(codename: str, question: str, *, via: Via = "facade", settings: Settings
 
     s = settings or get_settings()
     tx = transaction or db.transaction
-    if via != "facade":
-        raise NotImplementedError("only --via facade is implemented; the claude -p path is not")
+    if via not in ("facade", "claude"):
+        raise RosterError(f"unknown path {via!r}: facade or claude")
     if not question.strip():
         raise RosterError("an empty question")
     vector = _query_vector(question)
@@ -212,16 +286,18 @@ def ask(codename: str, question: str, *, via: Via = "facade", settings: Settings
         incidents.safely(incidents.spend_cap(spent, s.daily_spend_cap_usd))
         raise AskRefused(refused)
     # 2. the paid call, holding no connection
-    answer = ai.complete(ASK_FEATURE, ask_messages(system, question))
-    failure = ai.last_failure()
+    answer = _via_claude(ask_id, system, question, s, tx) if via == "claude" else _via_facade(system, question)
     # 3. the answer, its cost and the events (a second short transaction)
     with tx() as conn:
-        if answer is None:
+        if answer.text is None:
             conn.execute("UPDATE synedre.agent_asks SET status = 'failed', error = %s, ended_at = now()"
-                         " WHERE id = %s", (failure, ask_id))
-            _event(conn, ask_id, "ask_failed", reason=failure)
+                         " WHERE id = %s", (answer.failure, ask_id))
+            _event(conn, ask_id, "ask_failed", reason=answer.failure, **(answer.detail or {}))
+            usd = Decimal(0)
         else:
-            usd = cost(conn, answer.provider, answer.model, answer.input_tokens, answer.output_tokens)
+            assert answer.provider is not None and answer.model is not None
+            usd = answer.cost_usd if answer.cost_usd is not None else cost(
+                conn, answer.provider, answer.model, answer.input_tokens, answer.output_tokens)
             conn.execute(
                 """UPDATE synedre.agent_asks SET status = 'succeeded', answer = %s, provider = %s, model = %s,
                           input_tokens = %s, output_tokens = %s, cost_usd = %s, ended_at = now()
@@ -229,15 +305,14 @@ def ask(codename: str, question: str, *, via: Via = "facade", settings: Settings
                 (answer.text, answer.provider, answer.model, answer.input_tokens, answer.output_tokens,
                  usd, ask_id))
             _event(conn, ask_id, "ai_complete", provider=answer.provider, model=answer.model,
-                   input_tokens=answer.input_tokens, output_tokens=answer.output_tokens,
-                   duration_s=round(answer.duration_s, 3))
+                   input_tokens=answer.input_tokens, output_tokens=answer.output_tokens, **(answer.detail or {}))
             _event(conn, ask_id, "ask_done", cost_usd=str(usd))
-    if answer is None:
-        log.error("agent_ask_failed", ask=ask_id, agent=codename, reason=failure)
-        raise AskRefused(f"no AI route answered: {failure}")
-    log.info("agent_ask_done", ask=ask_id, agent=codename, provider=answer.provider, model=answer.model,
-             cost_usd=str(usd))
-    return AskResult(ask_id, codename, answer.text, answer.provider, answer.model,
+    if answer.text is None:
+        log.error("agent_ask_failed", ask=ask_id, agent=codename, via=via, reason=answer.failure)
+        raise AskRefused(f"no answer: {answer.failure}")
+    log.info("agent_ask_done", ask=ask_id, agent=codename, via=via, provider=answer.provider,
+             model=answer.model, cost_usd=str(usd))
+    return AskResult(ask_id, codename, answer.text, answer.provider or "", answer.model or "",
                      answer.input_tokens, answer.output_tokens, usd)
 
 
