@@ -1,8 +1,12 @@
 """What runs on a clock. Read by `celery beat` through tasks.app (see synedre.celeryconfig)."""
+from celery.schedules import crontab
+
 from synedre.config import get_settings
 from synedre.mail import registry
 from synedre.sweep import SWEEP_EVERY_S
 from tasks.app import app
+
+REPORT_CRONTAB = crontab(minute=0, hour=6, day_of_month=1)
 
 
 def schedule() -> dict:
@@ -24,6 +28,9 @@ def schedule() -> dict:
                                 "options": {"expires": 15 * 60.0}}
     entries["sweep"] = {"task": "synedre.sweep", "schedule": SWEEP_EVERY_S,
                         "options": {"expires": SWEEP_EVERY_S}}
+    # The calibration report, mailed to the founder on the 1st of each month (06:00 UTC);
+    # the task mails it once per month even if it runs again.
+    entries["calibration-report"] = {"task": "synedre.report_calibration", "schedule": REPORT_CRONTAB}
     return entries
 
 

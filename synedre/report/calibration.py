@@ -5,6 +5,18 @@ markdown and never touches I/O. The gate counts run + plan only (SPEC §14: the
 original gate looked for an intent that no longer existed and froze silently); its
 thresholds are GATE_MIN_ITEMS and GATE_MIN_SUCCESS below, and the rendered text
 prints them from there.
+
+The success proxy is "linked work not cancelled, and not failed after a launch": a
+message whose latest launch failed, or that ended in a failure after its launch
+(`spawn_failed`, `orchestration_failed`, `escalated`), is a failure even though its
+work row is still open.
+
+`mail_monthly` (beat, the 1st of each month: task `synedre.report_calibration`) mails
+the report to the founder through the mail facade, once per month however often it
+runs: the facade sends once per (message, kind), so each month's report is stored as
+a row of its own in `raw_messages` (mailbox `REPORT_MAILBOX`, which no registry
+mailbox uses, no `email_states` row: no stage, report or listing ever sees it) and
+mailed as kind `REPORT_KIND` about that row.
 """
 from __future__ import annotations
 
@@ -17,6 +29,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
+from synedre.pipeline import ALERTED
+
 GATE_MIN_ITEMS = 30
 GATE_MIN_SUCCESS = 0.90  # the success rate must be strictly above this
 
@@ -25,6 +39,8 @@ INTENTS = ("run", "question", "negociation", "conseil", "noise")
 # Noise materializes nothing, so it has no success proxy.
 NO_LINKED_WORK = frozenset({"noise"})
 FAILURE_EVENTS = ("classify_failed", "classify_blocked_unsafe_attachments")
+# Statuses that end a message in failure after its launch (the founder was alerted).
+FAILED_AFTER_LAUNCH = tuple(sorted(str(s) for s in ALERTED))
 
 
 @dataclass(frozen=True)
@@ -95,7 +111,8 @@ def gate_open(items: int, successes: int) -> bool:
 # The report's population: messages received in the window that were classified
 # (they carry a `classified` audit), with their final intent from the state row.
 # The success proxy looks at the work linked for that intent only; `status` is
-# NOT NULL on every work table, so a NULL work_status means "no linked work".
+# NOT NULL on every work table, so a NULL work_status means "no linked work"; a launch
+# that failed (the latest one, or a failure status after it) is never a success.
 # real is cast to numeric so that means and deviations are exact decimals.
 _CLASSIFIED = """
 WITH classified AS (
@@ -106,7 +123,10 @@ WITH classified AS (
                        WHEN 'conseil' THEN a.status END AS work_status,
          EXISTS (SELECT 1 FROM synedre.audit_log u
                   WHERE u.message_id = s.message_id
-                    AND u.event = 'classification_uncertain') AS uncertain
+                    AND u.event = 'classification_uncertain') AS uncertain,
+         (s.status = ANY(%(failed_after_launch)s)
+          OR coalesce((SELECT l.status FROM synedre.launches l WHERE l.message_id = s.message_id
+                        ORDER BY l.id DESC LIMIT 1) = 'failed', false)) AS launch_failed
     FROM synedre.email_states s
     JOIN synedre.raw_messages m ON m.id = s.message_id
     LEFT JOIN synedre.runs r ON r.id = s.run_id
@@ -122,7 +142,7 @@ WITH classified AS (
 
 _PER_INTENT = _CLASSIFIED + """
 SELECT intent, count(*), avg(confidence), stddev_pop(confidence),
-       count(*) FILTER (WHERE work_status IS NOT NULL AND work_status <> 'cancelled'),
+       count(*) FILTER (WHERE work_status IS NOT NULL AND work_status <> 'cancelled' AND NOT launch_failed),
        count(*) FILTER (WHERE uncertain)
   FROM classified
  GROUP BY intent
@@ -130,7 +150,7 @@ SELECT intent, count(*), avg(confidence), stddev_pop(confidence),
 
 _GATE = _CLASSIFIED + """
 SELECT count(*),
-       count(*) FILTER (WHERE work_status IS NOT NULL AND work_status <> 'cancelled')
+       count(*) FILTER (WHERE work_status IS NOT NULL AND work_status <> 'cancelled' AND NOT launch_failed)
   FROM classified
  WHERE intent = 'run' AND complexity = 'plan'
 """
@@ -162,7 +182,7 @@ def collect(conn: psycopg.Connection[Any], days: int = 30,
     if until.tzinfo is None:
         until = until.replace(tzinfo=UTC)
     since = until - timedelta(days=days)
-    window = {"since": since, "until": until}
+    window = {"since": since, "until": until, "failed_after_launch": list(FAILED_AFTER_LAUNCH)}
 
     with conn.cursor(row_factory=tuple_row) as cur:
         rows = {r[0]: r for r in cur.execute(_PER_INTENT, window).fetchall()}
@@ -231,3 +251,65 @@ def render(data: CalibrationData) -> str:
     lines += [f"- `{event}`: {n}" for event, n in data.failures.by_event.items()]
     lines += ["", "## Phase 3 gate", "", _gate_line(data.gate), ""]
     return "\n".join(lines)
+
+
+# The monthly mail ------------------------------------------------------------------
+
+REPORT_KIND = "calibration-report"
+REPORT_MAILBOX = "synedre-reports"  # raw_messages.mailbox of the reports' own rows
+REPORT_SUBJECT = "Calibration du classifieur — {period}"
+
+
+def period_of(now: datetime) -> str:
+    """The month a report run belongs to (UTC): at most one report is mailed per period."""
+    return (now if now.tzinfo else now.replace(tzinfo=UTC)).astimezone(UTC).strftime("%Y-%m")
+
+
+def report_row(conn: Any, period: str, text: str) -> int:
+    """The report's own `raw_messages` row for `period`, created by the first run of the
+    month (it keeps that run's text); later runs find it."""
+    year, month = (int(x) for x in period.split("-"))
+    subject = REPORT_SUBJECT.format(period=period)
+    raw = f"Subject: {subject}\r\n\r\n{text}".encode()
+    rfc = f"<calibration-{period}@synedre.invalid>"
+    row = conn.execute(
+        """INSERT INTO synedre.raw_messages (mailbox, uidvalidity, uid, message_id, message_id_synthetic,
+                                             subject, raw, size)
+           VALUES (%s, 0, %s, %s, true, %s, %s, %s)
+           ON CONFLICT (mailbox, message_id) DO NOTHING RETURNING id""",
+        (REPORT_MAILBOX, year * 100 + month, rfc, subject, raw, len(raw))).fetchone()
+    if row is None:
+        row = conn.execute("SELECT id FROM synedre.raw_messages WHERE mailbox = %s AND message_id = %s",
+                           (REPORT_MAILBOX, rfc)).fetchone()
+    return int(row["id"] if isinstance(row, dict) else row[0])
+
+
+def sender_mailbox() -> str:
+    """The registry mailbox the report leaves from: `atlas` when it can send, else the
+    first one that has an SMTP host."""
+    from synedre.mail import registry
+
+    boxes = registry.load()
+    senders = [b for b in boxes.values() if b.smtp_host]
+    if not senders:
+        raise registry.RegistryError("no mailbox of the registry has an smtp_host: the report cannot be mailed")
+    return next((b.id for b in senders if b.id == "atlas"), senders[0].id)
+
+
+def mail_monthly(days: int = 30, now: datetime | None = None, mailbox_id: str | None = None) -> Any:
+    """Mail this month's report to the founder, exactly once per month (see the module's
+    docstring); returns the facade's `SendResult` (`already_sent` on a second run)."""
+    from synedre import db
+    from synedre.mail import outbound
+
+    now = now or datetime.now(UTC)
+    period = period_of(now)
+    with db.transaction() as conn:
+        text = render(collect(conn, days=days, now=now))
+        mid = report_row(conn, period, text)
+        # the text the month's first run stored: a retry mails that one, not a newer render
+        stored = conn.execute("SELECT raw FROM synedre.raw_messages WHERE id = %s", (mid,)).fetchone()
+        assert stored is not None  # report_row just found or created it
+    body = bytes(stored["raw"]).decode().split("\r\n\r\n", 1)[1]
+    return outbound.send_to_founder(db.transaction, mailbox_id or sender_mailbox(), mid, REPORT_KIND,
+                                    subject=REPORT_SUBJECT.format(period=period), text=body)

@@ -315,3 +315,126 @@ def test_collect_works_on_a_pool_style_dict_row_connection(db, inbox):
     with psycopg.connect(db, row_factory=dict_row) as conn:
         gate = collect(conn, now=NOW).gate
     assert (gate.items, gate.successes) == (2, 1)
+
+
+# -- a launch that failed is not a success -----------------------------------------------
+
+def _launch(conn, mid: int, attempt: int, status: str) -> None:
+    conn.execute("INSERT INTO synedre.launches (message_id, attempt, status) VALUES (%s, %s, %s)",
+                 (mid, attempt, status))
+
+
+@pytest.mark.timeout(60)
+def test_a_launch_that_failed_counts_as_a_failure_of_the_success_proxy(inbox):
+    failed = inbox.classified("question", 0.9, work="open")
+    _launch(inbox.conn, failed, 1, "failed")
+    inbox.conn.execute("UPDATE synedre.email_states SET status = 'spawn_failed' WHERE message_id = %s", (failed,))
+    retried = inbox.classified("question", 0.9, work="open")  # failed once, then succeeded
+    _launch(inbox.conn, retried, 1, "failed")
+    _launch(inbox.conn, retried, 2, "succeeded")
+    escalated = inbox.classified("run", 0.9, complexity="plan", work="open")
+    _launch(inbox.conn, escalated, 1, "succeeded")
+    inbox.conn.execute("UPDATE synedre.email_states SET status = 'escalated' WHERE message_id = %s",
+                       (escalated,))
+    inbox.classified("run", 0.9, complexity="plan", work="open")
+
+    data = collect(inbox.conn, now=NOW)
+    stats = by_intent(data)
+
+    assert (stats["question"].count, stats["question"].successes) == (2, 1)
+    assert (stats["run"].count, stats["run"].successes) == (2, 1)
+    assert (data.gate.items, data.gate.successes) == (2, 1)
+    assert "| question | 2 | 0.900 | 0.000 | 50.0% (1/2) |" in render(data)
+
+
+@pytest.mark.timeout(60)
+def test_a_question_whose_only_launch_failed_is_not_a_success(inbox):
+    mid = inbox.classified("question", 0.8, work="open")
+    _launch(inbox.conn, mid, 1, "failed")
+    inbox.conn.execute("UPDATE synedre.email_states SET status = 'spawn_failed' WHERE message_id = %s", (mid,))
+
+    text = render(collect(inbox.conn, now=NOW))
+
+    assert "| question | 1 | 0.800 | 0.000 | 0.0% (0/1) |" in text
+    assert "100.0% (1/1)" not in text
+
+
+# -- monthly, on beat, mailed to the founder ---------------------------------------------
+
+def test_the_report_is_scheduled_on_the_first_of_each_month_on_the_recap_queue():
+    from celery.schedules import crontab
+
+    import beat_schedule
+    from synedre import celeryconfig
+    from tasks.app import app
+
+    entry = beat_schedule.schedule()["calibration-report"]
+    assert entry["task"] == "synedre.report_calibration"
+    assert entry["schedule"] == crontab(minute=0, hour=6, day_of_month=1)
+    assert celeryconfig.task_routes["synedre.report_calibration"] == {"queue": "recap"}
+    app.loader.import_default_modules()
+    assert "synedre.report_calibration" in app.tasks
+
+
+FOUNDER = "julien@atelier-moreau.fr"
+ATLAS = "atlas@atelier-moreau.fr"
+
+
+@pytest.fixture
+def mailed(db, dovecot, tmp_path, monkeypatch):
+    """A founder, and the registry's atlas mailbox on Dovecot with its SMTP on aiosmtpd."""
+    from synedre.config import get_settings
+    from tests.services.smtp import start_smtp
+
+    sink = start_smtp()
+    path = tmp_path / "mailboxes.toml"
+    path.write_text(
+        f'[mailboxes.atlas]\nimap_host = "{dovecot.host}"\nimap_port = {dovecot.port}\nimap_tls = false\n'
+        f'smtp_host = "{sink.host}"\nsmtp_port = {sink.port}\nsmtp_tls = false\n'
+        f'username = "{dovecot.username}"\npassword_env = "TEST_ATLAS_PASSWORD"\nfolder = "INBOX"\n')
+    monkeypatch.setenv("SYNEDRE_MAILBOXES_FILE", str(path))
+    monkeypatch.setenv("TEST_ATLAS_PASSWORD", dovecot.password)
+    get_settings.cache_clear()
+    with psycopg.connect(db) as conn:
+        conn.execute("INSERT INTO synedre.founder (id, name, emails, domain, atlas_address) "
+                     "VALUES (1, 'Julien Moreau', %s, 'atelier-moreau.fr', %s)", ([FOUNDER], ATLAS))
+    yield sink
+    sink.stop()
+
+
+@pytest.mark.timeout(120)
+def test_the_monthly_task_mails_one_report_and_a_second_run_that_month_sends_nothing(db, mailed):
+    from synedre.report.calibration import REPORT_KIND, mail_monthly, period_of
+    from tasks.report import report_calibration
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        Inbox(conn).classified("question", 0.8, work="open", age=-(datetime.now(UTC) - NOW) + RECENT)
+
+    assert report_calibration() == "sent"
+    assert len(mailed.received) == 1
+    got = mailed.received[0]
+    assert got.rcpt_tos == (FOUNDER,)
+    msg = got.message
+    period = period_of(datetime.now(UTC))
+    assert msg["Subject"] == f"[Atlas] Calibration du classifieur — {period}"
+    body = msg.get_body(("plain",)).get_content()
+    assert body.startswith("# Classification calibration — last 30 days")
+    assert "| question | 1 | 0.800 | 0.000 | 100.0% (1/1) |" in body
+
+    assert report_calibration() == "already_sent"  # again the same month: nothing more
+    assert len(mailed.received) == 1
+    rows = q_all(db, "SELECT o.kind, o.status, r.mailbox, r.subject FROM synedre.outbound_mail o"
+                     " JOIN synedre.raw_messages r ON r.id = o.message_id")
+    assert rows == [(REPORT_KIND, "sent", "synedre-reports", f"Calibration du classifieur — {period}")]
+    # the report's own row is no message of the pipeline
+    assert q_all(db, "SELECT count(*) FROM synedre.email_states s JOIN synedre.raw_messages r"
+                     " ON r.id = s.message_id WHERE r.mailbox = 'synedre-reports'") == [(0,)]
+
+    # next month is another report
+    assert mail_monthly(now=datetime.now(UTC) + timedelta(days=32)).outcome == "sent"
+    assert len(mailed.received) == 2
+
+
+def q_all(url, sql, *args):
+    with psycopg.connect(url) as conn:
+        return conn.execute(sql, args).fetchall()
