@@ -36,6 +36,8 @@ SUBJECT_PREFIX = "[Atlas incident] "
 HEADER = "X-Synedre-Incident"
 MAILBOX = "atlas"
 COALESCE = "hour"  # one mail per kind per date_trunc(COALESCE, now())
+SWEEP_EVENTS = ("sweep_reclaimed", "sweep_requeued")  # the audit rows of synedre/sweep.py
+STUCK_REOFFERS = 3  # a message re-offered this often within the hour is stuck for good
 
 
 class Kind(StrEnum):
@@ -175,6 +177,28 @@ def stuck_stages(stuck: list[tuple[int, str]]) -> Incident:
     return Incident(Kind.STUCK_STAGE, f"{len(stuck)} message(s) stuck past their stage's limit",
                     {"stuck": [{"message_id": m, "stage": s} for m, s in stuck]},
                     tuple(m for m, _ in stuck))
+
+
+def escalate_stuck(stuck: list[tuple[int, str]]) -> Outcome | None:
+    """The sweep's re-offer is the first answer to a stuck stage (a lost task, a killed
+    worker: routine recovery); a message the sweep had to re-offer `STUCK_REOFFERS` times
+    within the hour is one it cannot unstick, and that is the incident."""
+    from synedre import db
+
+    if not stuck:
+        return None
+    try:
+        with db.transaction() as conn:
+            again = {r["message_id"] for r in conn.execute(
+                """SELECT message_id FROM synedre.audit_log
+                    WHERE message_id = ANY(%s) AND event = ANY(%s) AND at > now() - interval '1 hour'
+                    GROUP BY message_id HAVING count(*) >= %s""",
+                ([m for m, _ in stuck], list(SWEEP_EVENTS), STUCK_REOFFERS))}
+    except psycopg.Error as exc:
+        log.error("incident_not_recorded", kind=str(Kind.STUCK_STAGE), error=f"{type(exc).__name__}: {exc}"[:300])
+        return Outcome.FAILED
+    persistent = [(m, st) for m, st in stuck if m in again]
+    return safely(stuck_stages(persistent)) if persistent else None
 
 
 def spend_cap(spent: Any, cap: float) -> Incident:

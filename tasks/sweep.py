@@ -30,8 +30,7 @@ def sweep() -> int:
     for mid, stage in stuck:
         for _ in range(pending_routes(mid) if stage == "qa_route" else 1):
             enqueue(stage, mid)
-    if overdue:  # escalated into Atlas's inbox, once an hour (SPEC §12)
-        incidents.safely(incidents.stuck_stages(overdue))
+    incidents.escalate_stuck(overdue)  # re-offered again within the hour: into Atlas's inbox (SPEC §12)
     lost = fail_lost_launches(lambda mid: MessageLock(r, str(mid)).holder() is not None)
     for mid in lost:  # the founder hears of a launch lost with its worker
         enqueue("alert", mid)

@@ -95,9 +95,13 @@ def test_an_incident_mail_going_through_the_pipeline_raises_no_incident(inbox):
         # its processing goes wrong twice: its launch lock goes stale, its stage is stuck
         conn.execute("UPDATE synedre.email_states SET status_at = now() - interval '1 day' WHERE message_id = %s",
                      (mid,))
+        # ... and was re-offered by a sweep already: this sweep's re-offer is the second
+        conn.execute("INSERT INTO synedre.audit_log (message_id, event, detail) VALUES (%s, 'sweep_requeued', '{}')",
+                     (mid,))
     plant_stale_lock(r, mid)
     assert lock_watchdog() == 1
     sweep()
+    assert incidents.escalate_stuck([(mid, "scan")]) is incidents.Outcome.SUPPRESSED
     assert incidents.raise_incident(incidents.stuck_stages([(mid, "scan")])) is incidents.Outcome.SUPPRESSED
     assert len(incident_mails(inbox["dovecot"])) == 1
     with psycopg.connect(db_url) as conn:
@@ -118,6 +122,34 @@ def test_an_incident_about_a_real_message_and_an_incident_mail_is_raised_for_the
     assert sorted(str(m[incidents.HEADER]) for m in mails) == ["dependency_down", "stuck_stage"]
     stuck = next(m for m in mails if m[incidents.HEADER] == "stuck_stage").get_content()
     assert "Messages: 99" in stuck.splitlines()
+
+
+def make_stuck(url: str, n: int) -> int:
+    """A message waiting for scan for a day, which the sweep re-offered `n - 1` times already."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        mid = conn.execute("INSERT INTO synedre.raw_messages (mailbox, uidvalidity, uid, message_id, subject, raw,"
+                           " size) VALUES ('atlas', 1, 7, '<stuck@example.test>', 'Devis', 'x', 1)"
+                           " RETURNING id").fetchone()[0]
+        conn.execute("INSERT INTO synedre.email_states (message_id, status, status_at)"
+                     " VALUES (%s, 'received', now() - interval '1 day')", (mid,))
+        for _ in range(n - 1):
+            conn.execute("INSERT INTO synedre.audit_log (message_id, event, detail)"
+                         " VALUES (%s, 'sweep_requeued', '{}')", (mid,))
+    return mid
+
+
+@pytest.mark.parametrize("reoffers, mails", [(1, 0), (2, 1)])
+def test_a_stage_the_sweep_re_offered_twice_within_the_hour_is_an_incident_once_is_recovery(inbox, reoffers, mails):
+    from tasks.sweep import sweep
+
+    mid = make_stuck(inbox["db"], reoffers)
+    sweep()
+    sweep()  # a later sweep in the hour: coalesced, or still not re-offered again (its wait)
+    found = incident_mails(inbox["dovecot"])
+    assert len(found) == mails
+    if mails:
+        assert found[0][incidents.HEADER] == "stuck_stage"
+        assert f"Messages: {mid}" in found[0].get_content().splitlines()
 
 
 def test_an_unreachable_mailbox_releases_the_hour_for_the_next_run(db, monkeypatch):
