@@ -6,8 +6,9 @@ The roster: one function, `display_ring`, owns the family -> ring mapping; the s
 
 An ask: claim, work, write. A short transaction refuses it over the daily spending cap,
 loads the persona and opens the journal row (`synedre.agent_asks`: a launch row needs a
-message, an ask has none); the AI facade answers with no transaction open; a second
-short transaction records the answer, its tokens, its cost and the events.
+message, an ask has none); the AI facade (or a short toolless `claude -p`) answers with no
+transaction open; a second short transaction records the answer, its tokens, its cost
+and the events.
 """
 from __future__ import annotations
 
