@@ -75,19 +75,27 @@ def why_not(conn: Conn, stage: Stage, message_id: int) -> str:
 def write(conn: Conn, c: Claim, status: Status, event: str,
           detail: dict[str, Any] | None = None, **fields: Any) -> None:
     """The stage's result and its audit row, in the caller's transaction, only while the
-    claim still owns the message (else FencedOut, and the transaction rolls back)."""
+    claim still owns the message (else FencedOut, and the transaction rolls back).
+
+    The audit carries `duration_s`, the time from the claim (its `status_at`, which lease
+    renewals leave alone) to this write by the database's clock (`clock_timestamp()`, so a
+    stage that claims and writes in one transaction, as materialize, is timed too):
+    `synedre metrics` builds the stage histograms from these rows, whichever process or
+    machine wrote them."""
     if status not in c.stage.exits:
         raise ValueError(f"stage {c.stage.name} cannot end in {status}")
     sets = "".join(f", {k} = %({k})s" for k in fields)
-    cur = conn.execute(
+    row = conn.execute(
         "UPDATE synedre.email_states SET status = %(status)s, updated_at = now(), status_at = now(),"
         f" claimed_at = NULL, waiting_reason = NULL, waiting_until = NULL{sets}"
-        " WHERE message_id = %(id)s AND status = %(running)s AND stage_attempt = %(attempt)s",
+        " WHERE message_id = %(id)s AND status = %(running)s AND stage_attempt = %(attempt)s"
+        " RETURNING extract(epoch FROM clock_timestamp() - %(claimed)s::timestamptz)::float8 AS duration_s",
         {"status": str(status), "id": c.message_id, "running": str(c.stage.running), "attempt": c.attempt,
-         **fields})
-    if cur.rowcount != 1:
+         "claimed": c.state.get("status_at"), **fields}).fetchone()
+    if row is None:
         raise FencedOut(f"message {c.message_id}: {c.stage.name} attempt {c.attempt} no longer owns it")
-    audit(conn, c.message_id, event, **(detail or {}), stage=c.stage.name, attempt=c.attempt)
+    took = {} if row["duration_s"] is None else {"duration_s": round(max(row["duration_s"], 0.0), 6)}
+    audit(conn, c.message_id, event, **(detail or {}), stage=c.stage.name, attempt=c.attempt, **took)
 
 
 def release(conn: Conn, c: Claim, *, reason: str, event: str,
