@@ -528,7 +528,10 @@ class Outcome:
 
 def collect(st: Stack, case: str, fault_start: float, fault_end: float, in_flight: int) -> Outcome:
     q = st.observer.query
-    subjects = q("SELECT subject FROM synedre.raw_messages")
+    # the fleet's own incident mails (a message re-offered too often) enter the inbox too:
+    # they are not the drained messages, so they are neither lost nor duplicated ones
+    subjects = q("SELECT subject FROM synedre.raw_messages WHERE coalesce(subject, '') NOT LIKE %s",
+                 ("[Atlas incident]%",))
     numbers = [int(m.group(1)) for (s,) in subjects if (m := st.observer.pattern.search(s or ""))]
     raw_rows = len(subjects)
     per_number: dict[int, int] = defaultdict(int)
@@ -539,6 +542,8 @@ def collect(st: Stack, case: str, fault_start: float, fault_end: float, in_fligh
         " LEFT JOIN synedre.raw_messages r ON r.id = s.message_id")
     (raw_without_state,), = q("SELECT count(*) FROM synedre.raw_messages r WHERE NOT EXISTS"
                               " (SELECT 1 FROM synedre.email_states s WHERE s.message_id = r.id)")
+    (incident_rows,), = q("SELECT count(*) FROM synedre.raw_messages WHERE subject LIKE %s", ("[Atlas incident]%",))
+    state_rows -= incident_rows
     statuses = dict(q("SELECT status, count(*) FROM synedre.email_states GROUP BY status ORDER BY status"))
     audit = dict(q("SELECT event, count(*) FROM synedre.audit_log GROUP BY event ORDER BY event"))
     once = {e: n for e, n in q(
