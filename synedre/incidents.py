@@ -37,7 +37,7 @@ HEADER = "X-Synedre-Incident"
 MAILBOX = "atlas"
 COALESCE = "hour"  # one mail per kind per date_trunc(COALESCE, now())
 SWEEP_EVENTS = ("sweep_reclaimed", "sweep_requeued")  # the audit rows of synedre/sweep.py
-STUCK_REOFFERS = 3  # a message re-offered this often within the hour is stuck for good
+STUCK_REOFFERS = 2
 
 
 class Kind(StrEnum):
