@@ -101,7 +101,7 @@ def test_an_incident_mail_going_through_the_pipeline_raises_no_incident(inbox):
     plant_stale_lock(r, mid)
     assert lock_watchdog() == 1
     sweep()
-    assert incidents.escalate_stuck([(mid, "scan")]) is incidents.Outcome.SUPPRESSED
+    assert incidents.escalate_stuck([(mid, "scan")]) is incidents.Outcome.SUPPRESSED, audit_of(db_url, mid)
     assert incidents.raise_incident(incidents.stuck_stages([(mid, "scan")])) is incidents.Outcome.SUPPRESSED
     assert len(incident_mails(inbox["dovecot"])) == 1
     with psycopg.connect(db_url) as conn:
@@ -122,6 +122,13 @@ def test_an_incident_about_a_real_message_and_an_incident_mail_is_raised_for_the
     assert sorted(str(m[incidents.HEADER]) for m in mails) == ["dependency_down", "stuck_stage"]
     stuck = next(m for m in mails if m[incidents.HEADER] == "stuck_stage").get_content()
     assert "Messages: 99" in stuck.splitlines()
+
+
+def audit_of(url: str, mid: int) -> list[tuple]:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT a.event, a.at, now(), s.status, s.status_at, s.waiting_until"
+                            " FROM synedre.audit_log a JOIN synedre.email_states s USING (message_id)"
+                            " WHERE a.message_id = %s ORDER BY a.id", (mid,)).fetchall()
 
 
 def make_stuck(url: str, n: int) -> int:
@@ -146,7 +153,7 @@ def test_a_stage_the_sweep_re_offered_twice_within_the_hour_is_an_incident_once_
     sweep()
     sweep()  # a later sweep in the hour: coalesced, or still not re-offered again (its wait)
     found = incident_mails(inbox["dovecot"])
-    assert len(found) == mails
+    assert len(found) == mails, audit_of(inbox["db"], mid)
     if mails:
         assert found[0][incidents.HEADER] == "stuck_stage"
         assert f"Messages: {mid}" in found[0].get_content().splitlines()
