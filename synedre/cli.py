@@ -387,11 +387,16 @@ def locks(stale_after: float = typer.Option(600.0, help="Seconds without renewal
 @app.command("launches")
 def list_launches(running: bool = typer.Option(False, "--running", help="Only running launches"),
                   message: str | None = typer.Option(None, "--message", help="Only this message's launches"),
-                  as_json: bool = typer.Option(False, "--json", help="With contract, verdict, salvage, merge")) -> None:
+                  as_json: bool = typer.Option(False, "--json", help="With contract, verdict, salvage, merge"),
+                  asks: bool = typer.Option(False, "--asks", help="One-shot persona asks (synedre agent ask)"
+                                                                  " instead of launches")) -> None:
     """Recent launches with their outcome."""
     from synedre import db
     from synedre.db import messages as sql
 
+    if asks:
+        _list_asks(as_json)
+        return
     with db.transaction() as conn:
         mid = None
         if message:
@@ -409,6 +414,22 @@ def list_launches(running: bool = typer.Option(False, "--running", help="Only ru
                       r["system_prompt"] or "", str(r["num_turns"] or ""), str(r["cost_usd"] or ""),
                       str(r["exit_code"] if r["exit_code"] is not None else ""), r["stop_reason"] or "",
                       str(r["merge"] or ""), r["started_at"].strftime("%Y-%m-%d %H:%M:%S"))
+    console.print(table)
+
+
+def _list_asks(as_json: bool) -> None:
+    from synedre import agents as roster_mod, db
+
+    with db.transaction() as conn:
+        rows = roster_mod.recent_asks(conn)
+    if as_json:
+        sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=1, default=str) + "\n")
+        return
+    table = _table("id", "agent", "via", "status", "model", "tokens", "cost", "started", no_wrap=("id",))
+    for r in rows:
+        table.add_row(str(r["id"]), r["agent_codename"], r["via"], r["status"], r["model"] or "",
+                      f"{r['input_tokens'] or 0}+{r['output_tokens'] or 0}", str(r["cost_usd"] or ""),
+                      r["started_at"].strftime("%Y-%m-%d %H:%M:%S"))
     console.print(table)
 
 
@@ -525,6 +546,16 @@ def flower(address: str | None = typer.Option(None, help="Interface to listen on
 
 
 @app.command()
+def metrics(address: str = typer.Option("127.0.0.1", help="Interface to listen on"),
+            port: int = typer.Option(9808, help="Port")) -> None:
+    """A Prometheus endpoint (/metrics): messages per status, stage durations, launches by outcome,
+    spend today against the cap, queue depths and the kill switch, read at each scrape."""
+    from synedre import metrics as endpoint
+
+    endpoint.serve(address, port)
+
+
+@app.command()
 def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to finish on stop"),
           with_flower: bool = typer.Option(False, "--flower", help="Also run Flower (as `synedre flower`)")) -> None:
     """Run everything: migrations, then beat, the workers and the IDLE watcher (and Flower)."""
@@ -569,6 +600,75 @@ def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to 
     if embedded and db.stop_embedded(s):
         console.print("embedded database stopped")
     raise typer.Exit(code)
+
+
+agent_app = typer.Typer(no_args_is_help=True, help="One agent, one-shot (SPEC §9.8).")
+app.add_typer(agent_app, name="agent")
+
+
+@app.command("agents")
+def agents_roster(family: str | None = typer.Option(None, "--family", help="Only this family (group_name)"),
+                  domain: str | None = typer.Option(None, "--domain",
+                                                    help="Only agents configured for this prompt domain"),
+                  as_json: bool = typer.Option(False, "--json", help="Machine-readable output"),
+                  check: bool = typer.Option(False, "--check",
+                                             help="Report stored orbits that disagree with the family's ring;"
+                                                  " exit 1 if any")) -> None:
+    """The agent roster: stored orbit and display ring side by side, prompt-domain routing."""
+    from synedre import agents as roster_mod, db
+
+    try:
+        with db.transaction() as conn:
+            rows = roster_mod.roster(conn, family=family, domain=domain)
+            routed = roster_mod.route_domain(conn, domain) if domain else None
+    except roster_mod.RosterError as exc:
+        fail(str(exc), 2)
+    if check:
+        rows = roster_mod.disagreements(rows)
+    records = [{**a.as_record(), **({"routed": a == routed} if domain else {})} for a in rows]
+    if as_json:
+        sys.stdout.write(json.dumps(records, ensure_ascii=False, indent=1) + "\n")
+    elif check and not rows:
+        console.print("every stored orbit agrees with its family's ring")
+    else:
+        table = _table("codename", "nickname", "role", "family", "orbite", "ring", "active", "domains",
+                       no_wrap=("codename", "orbite", "ring"))
+        for a in rows:
+            orbit = str(a.orbite) if a.orbit_agrees else f"[bold red]{a.orbite}[/] (ring {a.ring})"
+            table.add_row(a.codename, escape(a.nickname), escape(a.role), a.family, orbit, str(a.ring),
+                          "yes" if a.active else "no", ", ".join(a.prompt_domains))
+        console.print(table)
+        if domain:
+            console.print(f"domain {domain} -> {routed.codename} ({escape(routed.nickname)})" if routed
+                          else f"domain {domain} -> no active agent")
+    if check and rows:
+        err.print(f"{len(rows)} agent(s) whose stored orbit disagrees with their family's ring: "
+                  + ", ".join(a.codename for a in rows))
+        raise typer.Exit(1)
+
+
+@agent_app.command("ask")
+def agent_ask(codename: str, question: str,
+              via: str = typer.Option("facade", "--via", help="facade (the AI facade) or claude (a short claude -p)"),
+              as_json: bool = typer.Option(False, "--json", help="The answer with its journal row")) -> None:
+    """One persona answers one question, journalled with its cost (shown by `synedre launches --asks`)."""
+    from synedre import agents as roster_mod
+
+    if via not in ("facade", "claude"):
+        fail(f"--via must be facade or claude, not {via!r}", 2)
+    try:
+        result = roster_mod.ask(codename, question, via="claude" if via == "claude" else "facade")
+    except (LookupError, roster_mod.RosterError) as exc:
+        fail(str(exc), 2)
+    except roster_mod.AskRefused as exc:
+        fail(str(exc))
+    if as_json:
+        sys.stdout.write(json.dumps({**result.__dict__, "cost_usd": str(result.cost_usd)},
+                                    ensure_ascii=False, indent=1) + "\n")
+        return
+    sys.stdout.write(result.answer.rstrip() + "\n")
+    err.print(f"ask {result.ask_id}: {result.provider}/{result.model}, {result.input_tokens}+{result.output_tokens}"
+              f" tokens, {result.cost_usd} USD")
 
 
 def main() -> None:
