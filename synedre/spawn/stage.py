@@ -51,8 +51,7 @@ def over_budget(conn, message_id: int, s: Settings) -> str | None:
     """Spending fails closed: the message's own total, then the fleet's day."""
     row = conn.execute(
         """SELECT (SELECT coalesce(sum(cost_usd), 0) FROM synedre.launches WHERE message_id = %s) AS mine,
-                  (SELECT coalesce(sum(cost_usd), 0) FROM synedre.launches
-                    WHERE started_at >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') AS day""",
+                  (SELECT usd FROM synedre.spend_today) AS day""",  # launches and persona asks
         (message_id,)).fetchone()
     if row["mine"] >= s.max_message_cost_usd:
         return f"message cost {row['mine']} >= {s.max_message_cost_usd} USD"
@@ -150,7 +149,12 @@ def run(message_id: int, s: Settings | None = None, stop: threading.Event | None
         beats = [locks.Heartbeat(g, on_lost=stop.set) for g in (lock, slot)]
         for b in beats:
             b.start()
-        return _launch(message_id, s, stop)
+        result = _launch(message_id, s, stop)
+        if isinstance(result, str) and result.startswith("held: spending cap (fleet spend today"):
+            from synedre import incidents  # the daily cap reached: an incident, once an hour
+
+            incidents.safely(incidents.spend_cap(result, s.daily_spend_cap_usd))
+        return result
     finally:
         for b in beats:
             b.stop()
