@@ -32,6 +32,10 @@ console = Console(width=None if sys.stdout.isatty() else 400)
 err = Console(stderr=True, soft_wrap=True)
 
 
+# `synedre fleet` looks at its dependencies this often; one down this long is an incident.
+DEPENDENCY_CHECK_S, DEPENDENCY_DOWN_S = 30.0, 300.0
+
+
 def fail(message: str, code: int = 1) -> NoReturn:
     err.print(f"[bold red]error:[/] {escape(message)}")
     raise typer.Exit(code)
@@ -592,11 +596,35 @@ def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to 
                   f"mailboxes: {', '.join(boxes)}; Ctrl-C stops everything cleanly")
     embedded = not s.database_url
 
+    down_since: dict[str, float] = {}
+    checked_at = [0.0]
+
     def watch_database() -> None:
+        import time
+
+        from synedre import health, incidents
+
         if embedded and db.ensure_embedded(s):
             log.error("embedded_database_restarted", pgdata=str(db.embedded_pgdata(s)))
+        now = time.monotonic()
+        if now - checked_at[0] < DEPENDENCY_CHECK_S:
+            return
+        checked_at[0] = now
+        for c in (health.check_postgres(), health.check_redis(), health.check_clamd(s)):
+            if c.ok or "WARNING" in c.detail:  # a warning is a configuration matter, not an outage
+                down_since.pop(c.name, None)
+                continue
+            since = down_since.setdefault(c.name, now)
+            if now - since >= DEPENDENCY_DOWN_S:  # coalesced by kind and hour in incidents
+                incidents.safely(incidents.dependency_down(c.name, now - since))
 
-    code = fleet_mod.supervise(fleet_mod.children(flower=with_flower), env, grace, watch=watch_database)
+    def restart_loop(child: str, restarts: int, window_s: float) -> None:
+        from synedre import incidents
+
+        incidents.safely(incidents.restart_loop(child, restarts, window_s))
+
+    code = fleet_mod.supervise(fleet_mod.children(flower=with_flower), env, grace, watch=watch_database,
+                                on_restart_loop=restart_loop)
     if embedded and db.stop_embedded(s):
         console.print("embedded database stopped")
     raise typer.Exit(code)

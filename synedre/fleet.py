@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from synedre.log import log
 
 RESTART_BACKOFF_MAX_S = 30.0
+# A child that died this often within the window is restarting in a loop: an incident.
+RESTART_LOOP_COUNT, RESTART_LOOP_WINDOW_S = 5, 600.0
 _PR_SET_PDEATHSIG = 1
 
 
@@ -34,6 +36,7 @@ class Child:
     backoff: float = 1.0
     restart_at: float = 0.0
     started_at: float = field(default=0.0)
+    deaths: list[float] = field(default_factory=list)
 
     def start(self, env: dict[str, str]) -> None:
         # Own session: a terminal Ctrl-C reaches only the supervisor, which then stops
@@ -80,7 +83,8 @@ WATCH_EVERY_S = 2.0
 
 
 def supervise(kids: list[Child], env: dict[str, str], grace_s: float,
-              watch: Callable[[], None] | None = None) -> int:
+              watch: Callable[[], None] | None = None,
+              on_restart_loop: Callable[[str, int, float], None] | None = None) -> int:
     """Run the children, restart any that dies (with backoff), call `watch` every
     WATCH_EVERY_S (the embedded database's watchdog), and stop everything on a signal."""
     stopping = False
@@ -113,6 +117,12 @@ def supervise(kids: list[Child], env: dict[str, str], grace_s: float,
                 # A child that ran a while before dying starts again from a short backoff.
                 k.backoff = 1.0 if now - k.started_at > 60 else min(k.backoff * 2, RESTART_BACKOFF_MAX_S)
                 k.restart_at, k.proc = now + k.backoff, None
+                k.deaths = [d for d in k.deaths if now - d < RESTART_LOOP_WINDOW_S] + [now]
+                if on_restart_loop is not None and len(k.deaths) >= RESTART_LOOP_COUNT:
+                    try:
+                        on_restart_loop(k.name, len(k.deaths), RESTART_LOOP_WINDOW_S)
+                    except Exception as exc:  # telling must not take the fleet down
+                        log.error("fleet_restart_loop_unreported", child=k.name, error=type(exc).__name__)
             elif k.proc is None and now >= k.restart_at:
                 k.start(env)
     for k in kids:
