@@ -95,7 +95,8 @@ def write(conn: Conn, c: Claim, status: Status, event: str,
     if row is None:
         raise FencedOut(f"message {c.message_id}: {c.stage.name} attempt {c.attempt} no longer owns it")
     took = {} if row["duration_s"] is None else {"duration_s": round(max(row["duration_s"], 0.0), 6)}
-    audit(conn, c.message_id, event, **(detail or {}), stage=c.stage.name, attempt=c.attempt, **took)
+    # the stage's own detail may not shadow what the machinery records
+    audit(conn, c.message_id, event, **{**(detail or {}), "stage": c.stage.name, "attempt": c.attempt, **took})
 
 
 def release(conn: Conn, c: Claim, *, reason: str, event: str,

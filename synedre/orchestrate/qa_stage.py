@@ -31,6 +31,7 @@ CHECK_LEASE_S = 300  # a route claimed longer ago than this belongs to a dead QA
 def shots_dir(s: Settings, message_id: int, run_id: int) -> Path:
     """The message's private directory for this run's proof (0700 all the way down)."""
     path = (s.state_dir / "messages" / str(message_id) / "qa" / f"run-{run_id}").resolve()
+    path.parents[3].mkdir(parents=True, exist_ok=True)  # a fresh QA host has no state dir yet
     for p in (path.parents[2], path.parents[1], path.parent, path):
         p.mkdir(exist_ok=True, mode=0o700)
         os.chmod(p, 0o700)

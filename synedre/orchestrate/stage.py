@@ -111,7 +111,7 @@ def run(message_id: int, s: Settings | None = None) -> Status | str:
                  None if ok else "failed", ok))
             detail = {**d.detail, "exit_code": result.exit_code if result else None,
                       "timed_out": bool(result and result.timed_out),
-                      "duration_s": round(result.duration_s, 1) if result else None}
+                      "deploy_s": round(result.duration_s, 1) if result else None}
             if ok:
                 sql.write(conn, claim, Status.DEPLOYED, "deployed", detail, intent=d.intent, complexity=d.complexity)
             else:  # a failed deploy is a failed check: the agent sees its log in the iteration
