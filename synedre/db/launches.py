@@ -6,6 +6,7 @@ that lost its lock (or a zombie worker) cannot overwrite its successor.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -103,13 +104,21 @@ def update(conn: Conn, c: Claim, **fields: Any) -> None:
 
 def add_events(conn: Conn, c: Claim, first_seq: int,
                events: Iterable[tuple[str, str | None, str | None, dict]]) -> int:
-    """Append (type, subtype, tool, payload) rows from `first_seq`; returns the next seq."""
+    """Append (type, subtype, tool, payload) rows from `first_seq`; returns the next seq.
+    One statement per batch (arrays unnested server-side), not one per row: a long stream
+    persists at a fraction of COPY's cost instead of a round trip per event."""
     _fence(conn, c)
-    rows = [(c.launch_id, first_seq + i, t, st, tool, Jsonb(p)) for i, (t, st, tool, p) in enumerate(events)]
-    with conn.cursor() as cur:
-        cur.executemany("INSERT INTO synedre.launch_events (launch_id, seq, event_type, subtype, tool_name, payload)"
-                        " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING", rows)
-    return first_seq + len(rows)
+    batch = list(events)
+    if not batch:
+        return first_seq
+    types, subtypes, tools, payloads = (list(col) for col in zip(*batch, strict=True))
+    conn.execute(
+        """INSERT INTO synedre.launch_events (launch_id, seq, event_type, subtype, tool_name, payload)
+           SELECT %s, %s + n - 1, t, st, tn, p::jsonb
+             FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS u(t, st, tn, p, n)
+           ON CONFLICT DO NOTHING""",
+        (c.launch_id, first_seq, types, subtypes, tools, [json.dumps(p) for p in payloads]))
+    return first_seq + len(batch)
 
 
 def finish(conn: Conn, c: Claim, *, ok: bool, status: str, reason: str, **fields: Any) -> None:
