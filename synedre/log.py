@@ -5,6 +5,18 @@ import sys
 import structlog
 
 
+class _Stderr:
+    """Whatever `sys.stderr` is when a line is written, not when logging was configured: a
+    test runner (or a daemonising parent) may swap it, and a closed stream must not break
+    every later log call."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(fmt: str = "console", level: str = "INFO") -> None:
     renderer = (
         structlog.processors.JSONRenderer()
@@ -21,7 +33,7 @@ def configure(fmt: str = "console", level: str = "INFO") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
 

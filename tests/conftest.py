@@ -66,7 +66,8 @@ def pg_url(tmp_path_factory) -> str:
 
 MESSAGE_TABLES = "audit_log, attachments, email_states, negotiations, advices, reply_drafts, " \
                  "launch_events, launches, runs, questions, raw_messages, " \
-                 "founder, client_persons, tenant_topology, doctrines, chantiers, clients"
+                 "founder, client_persons, tenant_topology, doctrines, chantiers, clients, " \
+                 "agent_ask_events, agent_asks, incidents"
 
 
 @pytest.fixture

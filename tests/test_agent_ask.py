@@ -91,8 +91,9 @@ def test_agent_ask_is_journalled_with_its_events_and_cost(llm, db):
     assert (codename, status, provider, model) == ("contenu", "succeeded", "mistral", "mistral-small-latest")
     assert tokens_in > 0 and tokens_out > 0 and ended is not None
     # priced from synedre.ai_prices (0.1 / 0.3 USD per million tokens)
-    assert cost == (Decimal("0.1") * tokens_in + Decimal("0.3") * tokens_out) / 1_000_000
-    assert cost > 0 and Decimal(out["cost_usd"]) == cost and spent >= cost
+    micro = Decimal("0.000001")  # the column keeps micro-dollars
+    assert cost == ((Decimal("0.1") * tokens_in + Decimal("0.3") * tokens_out) / 1_000_000).quantize(micro)
+    assert cost > 0 and Decimal(out["cost_usd"]).quantize(micro) == cost and spent >= cost
     assert answer == out["answer"]
     assert events == ["ask_started", "persona_loaded", "ai_complete", "ask_done"]
     listed = cli("launches", "--asks", "--json")
@@ -148,6 +149,7 @@ def test_agent_ask_via_claude_runs_a_short_toolless_claude_p_with_the_persona_an
                                          (out["ask_id"],)).fetchone()
         events = [r[0] for r in conn.execute("SELECT event_type FROM synedre.agent_ask_events WHERE ask_id = %s"
                                              " ORDER BY seq", (out["ask_id"],))]
-    assert (status, via) == ("succeeded", "claude") and cost is not None and Decimal(out["cost_usd"]) == cost
+    assert (status, via) == ("succeeded", "claude") and cost is not None
+    assert Decimal(out["cost_usd"]).quantize(Decimal("0.000001")) == cost
     assert events[:2] == ["ask_started", "persona_loaded"] and events[-2:] == ["ai_complete", "ask_done"]
     assert "claude:result" in events
