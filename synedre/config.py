@@ -49,7 +49,6 @@ class Settings(BaseSettings):
     claude_bin: str = "claude"
     workspace_repo: Path | None = None  # the repository agents work in
     workspace_base_branch: str = "preprod"
-    worktree_disabled: bool = False
     idle_timeout_s: float = 1200.0
     hard_timeout_s: float = 6600.0
     launch_budget_s: float = 2400.0
@@ -58,15 +57,17 @@ class Settings(BaseSettings):
     daily_spend_cap_usd: float = 200.0  # fleet-wide, per UTC day
     max_concurrent_launches: int = 3
     spawn_slot_retry_s: float = 30.0  # a launch finding every slot taken comes back after this
-    agent_is_sandbox: bool = False  # IS_SANDBOX=1 for the CLI: only inside a sandbox, as root
-    # The OS user the agent runs as when the worker is root (scripts/system-deps creates
-    # `synedre-agent`): it owns its clone and home, cannot read the worker's environment nor
-    # the state directory, and IS_SANDBOX is then not set. Unset, or not root: the worker's user.
-    agent_user: str | None = None
-    # The database the agent may connect to (its password is never passed on) when
-    # SYNEDRE_DATABASE_URL is external; unset = none. The embedded server's agent role
-    # (read-only, a few tables) is used without it.
-    agent_database_url: str | None = None
+    # The OS user the agent runs as when the worker is root (scripts/system-deps creates it):
+    # it owns its clone and home, cannot read the worker's environment nor the state
+    # directory, and IS_SANDBOX is then not set. A worker that is not root runs the agent as
+    # itself, confined by the sandbox alone.
+    agent_user: str = "synedre-agent"
+    # The explicit opt-out: a root worker runs the agent as root (sandboxed still; `synedre
+    # status` warns while it is on).
+    agent_as_root: bool = False
+    # Comma list of domains the agent's commands may reach through the sandbox's proxy;
+    # empty = no network at all (SPEC §8 Sandbox).
+    agent_allowed_domains: str = ""
     # Comma list of the agent's tools to keep, from the built-in lists of synedre.spawn.tools;
     # unset = all of them. It can only narrow (SPEC §13): another name fails at load.
     agent_tools: str | None = None

@@ -136,9 +136,31 @@ def check_llm_keys(s: Settings) -> list[Check]:
     return out
 
 
+def check_agent_sandbox(s: Settings) -> Check:
+    """Who the agent runs as and whether its sandbox can start (SPEC §8 Sandbox); the root
+    opt-out (SYNEDRE_AGENT_AS_ROOT) is a warning while it is on."""
+    import os
+
+    from synedre.spawn import sandbox, stage
+
+    try:
+        run_as = stage.agent_user(s)
+    except (KeyError, ValueError) as exc:
+        return Check("agent", False, f"agent user {s.agent_user!r} unavailable ({exc}): every launch fails")
+    who = run_as.name if run_as else ("root" if os.geteuid() == 0 else "the worker's user")
+    if unavailable := sandbox.preflight(os.environ.get("PATH", "/usr/bin:/bin"), run_as):
+        return Check("agent", False, f"runs as {who}; sandbox unavailable: {unavailable}: every launch fails")
+    detail = f"runs as {who}, sandboxed"
+    if run_as is None and os.geteuid() == 0:
+        detail += ("; WARNING SYNEDRE_AGENT_AS_ROOT is on: the agent runs as root, confined by the sandbox"
+                   f" alone (unset it to run it as {s.agent_user})")
+    return Check("agent", "WARNING" not in detail, detail)
+
+
 def check_all(s: Settings | None = None) -> list[Check]:
     s = s or get_settings()
-    return [check_postgres(), check_redis(), check_clamd(s), *check_imap(s), *check_llm_keys(s)]
+    return [check_postgres(), check_redis(), check_clamd(s), *check_imap(s), *check_llm_keys(s),
+            check_agent_sandbox(s)]
 
 
 def snapshot(s: Settings | None = None, app: Any = None) -> dict[str, Any]:

@@ -32,6 +32,9 @@ class Status(StrEnum):
     SPAWNING = "spawning"
     SPAWNED = "spawned"
     SPAWN_FAILED = "spawn_failed"
+    # The agent succeeded but its commits could not be merged into the trunk (a dirty or
+    # moved trunk, a conflict, a branch that did not come back): never a success.
+    MERGE_FAILED = "merge_failed"
     DEPLOYING = "deploying"  # reading the contract, deciding the path, running ./deploy
     DEPLOYED = "deployed"
     QA_PLANNING = "qa_planning"  # routes resolved against the sitemap, one check each queued
@@ -46,14 +49,14 @@ class Status(StrEnum):
 
 
 # Where a message's journey ends. The founder hears of every one after a launch: a recap
-# (actioned) or an alert (spawn_failed, orchestration_failed, escalated).
+# (actioned) or an alert (spawn_failed, merge_failed, orchestration_failed, escalated).
 TERMINAL = frozenset({Status.PARSE_FAILED, Status.BLOCKED_UNSAFE_ATTACHMENT, Status.CLASSIFY_FAILED,
-                      Status.NOISE, Status.SPAWN_FAILED, Status.ACTIONED, Status.ORCHESTRATION_FAILED,
-                      Status.ESCALATED})
+                      Status.NOISE, Status.SPAWN_FAILED, Status.MERGE_FAILED, Status.ACTIONED,
+                      Status.ORCHESTRATION_FAILED, Status.ESCALATED})
 FAILED = frozenset({Status.PARSE_FAILED, Status.BLOCKED_UNSAFE_ATTACHMENT, Status.CLASSIFY_FAILED,
-                    Status.SPAWN_FAILED, Status.ORCHESTRATION_FAILED, Status.ESCALATED})
+                    Status.SPAWN_FAILED, Status.MERGE_FAILED, Status.ORCHESTRATION_FAILED, Status.ESCALATED})
 # Terminal failures after a launch that the founder is told about by mail (an alert).
-ALERTED = frozenset({Status.SPAWN_FAILED, Status.ORCHESTRATION_FAILED, Status.ESCALATED})
+ALERTED = frozenset({Status.SPAWN_FAILED, Status.MERGE_FAILED, Status.ORCHESTRATION_FAILED, Status.ESCALATED})
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ STAGES: tuple[Stage, ...] = (
     # leaves those be and beat's selection offers materialized ones every minute. From
     # qa_failed it is the next iteration (or, over budget, the escalation).
     Stage("spawn", "spawn", "spawn", (Status.MATERIALIZED, Status.QA_FAILED), Status.SPAWNING,
-          (Status.SPAWNED, Status.SPAWN_FAILED, Status.ESCALATED), 120, on_stuck="fail",
+          (Status.SPAWNED, Status.SPAWN_FAILED, Status.MERGE_FAILED, Status.ESCALATED), 120, on_stuck="fail",
           retryable_from=(Status.SPAWN_FAILED,)),
     Stage("deploy", "deploy", "after", (Status.SPAWNED,), Status.DEPLOYING,
           (Status.DEPLOYED, Status.QA_FAILED, Status.REPORT_DUE, Status.ORCHESTRATION_FAILED), ENTRY_WAIT_S,

@@ -22,7 +22,7 @@ def _stop_launches(**_):
 
 
 @worker_ready.connect
-def _prune_worktrees(sender=None, **_):
+def _prune_clones(sender=None, **_):
     s = get_settings()
     queues = sender.app.amqp.queues.consume_from if sender else {}
     if "spawn" not in (queues or {}):
@@ -32,10 +32,9 @@ def _prune_worktrees(sender=None, **_):
             log.warning("spawn_paused_at_worker_start", reason=reason)
     except locks.LaunchGuardUnavailable as exc:
         log.error("spawn_switch_unreadable", error=str(exc))
-    if s.workspace_repo:
-        # older than any launch could still be running in it
-        pruned = workspace.prune_stale(s.workspace_repo, s.hard_timeout_s + 600)
-        log.info("worktrees_pruned", count=len(pruned))
+    # older than any launch could still be running in it
+    pruned = workspace.prune_stale((s.state_dir / "agent" / "clones").resolve(), s.hard_timeout_s + 600)
+    log.info("clones_pruned", count=len(pruned))
 
 
 @app.task(name="synedre.spawn", bind=True, time_limit=get_settings().hard_timeout_s + 600,
@@ -58,7 +57,7 @@ def spawn(self, message_id: int) -> str:
             pass  # Redis is down: the retry below is still this message's only task
         raise self.retry(exc=exc, countdown=delay) from None
     if isinstance(result, stage.Result):
-        return advance(mid, stage.SUCCESS_STATUS if result.ok else stage.FAILED_STATUS)
+        return advance(mid, result.message_status)
     return advance(mid, result)
 
 

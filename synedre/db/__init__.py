@@ -63,17 +63,10 @@ def admin_url(url: str | None = None, settings: Settings | None = None) -> str:
 
 
 def agent_url(settings: Settings | None = None) -> str | None:
-    """Where the agent may connect, without any password: the embedded server's agent role
-    on loopback TCP, or SYNEDRE_AGENT_DATABASE_URL for an external server; None (no
-    database for the agent) when an external server has no agent URL configured."""
-    from urllib.parse import urlsplit, urlunsplit
-
+    """The embedded server's read-only agent role on loopback TCP, without any password; None
+    with an external server. No launch is handed it: the sandbox lets no database connection
+    through (synedre/spawn/sandbox.py); the role stays for read-only tooling."""
     settings = settings or get_settings()
-    if settings.agent_database_url:
-        u = urlsplit(settings.agent_database_url)
-        if u.password is not None:  # never handed on, whatever the operator wrote
-            u = u._replace(netloc=u.netloc.replace(f":{u.password}@", "@"))
-        return urlunsplit(u)
     if settings.database_url is None:
         database_url(settings)  # started if needed
     where = _embedded_where(settings)

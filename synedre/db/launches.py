@@ -121,9 +121,13 @@ def add_events(conn: Conn, c: Claim, first_seq: int,
     return first_seq + len(batch)
 
 
-def finish(conn: Conn, c: Claim, *, ok: bool, status: str, reason: str, **fields: Any) -> None:
-    """End the launch: its row, the message's status and the audit, fenced, in one transaction."""
-    update(conn, c, status="succeeded" if ok else "failed", stop_reason=reason, ended_at="now", **fields)
+def finish(conn: Conn, c: Claim, *, ok: bool, status: str, reason: str, outcome: str | None = None,
+           **fields: Any) -> None:
+    """End the launch: its row, the message's status and the audit, fenced, in one transaction.
+    `outcome`: the launch row's status when it is neither `succeeded` nor `failed`
+    (`sandbox_unavailable`, `merge_failed`)."""
+    update(conn, c, status=outcome or ("succeeded" if ok else "failed"), stop_reason=reason, ended_at="now",
+           **fields)
     conn.execute("UPDATE synedre.email_states SET status = %s, updated_at = now(), status_at = now(),"
                  " claimed_at = NULL"
                  " WHERE message_id = %s AND launch_attempt = %s", (str(status), c.message_id, c.attempt))

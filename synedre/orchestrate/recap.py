@@ -140,6 +140,9 @@ def alert(message_id: int, s: Settings | None = None) -> str:
                   "Reprise possible (session enregistrée)." if salvage.get("resumable") else "Pas de reprise possible."]
         if salvage.get("contract"):
             lines += ["Contrat partiel :", str(salvage["contract"])[:2000]]
+    if facts["status"] == Status.MERGE_FAILED:
+        lines += [f"L'agent a réussi, mais ses commits n'ont pas été fusionnés : {salvage.get('merge')}",
+                  f"Ils restent sur la branche {launch.get('branch')} ; le tronc n'a pas changé."]
     shots: list[Path] = []
     for r in qa["routes"]:
         lines.append(f"- {r['route']} : {r['status']} {', '.join(r['reasons'])}")

@@ -99,13 +99,16 @@ def _fit_arg(text: str, what: str) -> str:
     return data[:keep].decode("utf-8", errors="ignore") + note
 
 
-def build_argv(claude_bin: str, *, add_dir: str | Path, prompt: str, system_prompt: str, model: str,
+def build_argv(claude_bin: str, *, add_dir: str | Path | Sequence[str | Path], prompt: str, system_prompt: str,
+               model: str, settings: str | Path | None = None,
                resume_session: str | None = None, max_turns: int | None = None,
                allowed_tools: str | Sequence[str] | None = None,
                disallowed_tools: str | Sequence[str] | None = None, strict_mcp: bool = True,
                max_budget_usd: float | None = None) -> list[str]:
     """The CLI's argv in SPEC §8's order: `--add-dir` is variadic, so it comes right after
-    `-p`, and the prompt is last. A prompt over MAX_ARG_BYTES is truncated and says so; a
+    `-p` (one or more directories: the workspace, the contract's), ended by the next option,
+    `--settings` (the launch's own file: its sandbox, see synedre/spawn/sandbox.py); the
+    prompt is last. A prompt over MAX_ARG_BYTES is truncated and says so; a
     system prompt that long is our own bug (cutting it would drop guard rails): ValueError.
 
     `allowed_tools` goes out twice: as `--tools` (the tool names alone), because under
@@ -115,7 +118,10 @@ def build_argv(claude_bin: str, *, add_dir: str | Path, prompt: str, system_prom
     next option."""
     if len(system_prompt.encode("utf-8")) > MAX_ARG_BYTES:
         raise ValueError(f"system prompt exceeds {MAX_ARG_BYTES} bytes")
-    argv = [claude_bin, "-p", "--add-dir", str(add_dir)]
+    dirs = [add_dir] if isinstance(add_dir, (str, Path)) else list(add_dir)
+    argv = [claude_bin, "-p", "--add-dir", *map(str, dirs)]
+    if settings is not None:
+        argv += ["--settings", str(settings)]
     argv += ["--resume", resume_session] if resume_session else ["--no-session-persistence"]
     argv += ["--exclude-dynamic-system-prompt-sections"]
     if strict_mcp:

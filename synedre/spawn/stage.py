@@ -21,7 +21,7 @@ from synedre.message import ParsedMessage
 from synedre.orchestrate import iterations
 from synedre.orchestrate.contract import read_contract
 from synedre.pipeline import BY_NAME, Status
-from synedre.spawn import locks, persona, prompt, routing, runner, tools, workspace
+from synedre.spawn import locks, persona, prompt, routing, runner, sandbox, tools, workspace
 from synedre.spawn.redact import Redactor
 
 DEFAULT_AGENT = "atlas"
@@ -37,6 +37,11 @@ class NoSlot(Exception):
 class Result:
     ok: bool
     reason: str
+    status: Status | None = None  # the message's status when it is not spawned / spawn_failed
+
+    @property
+    def message_status(self) -> Status:
+        return self.status or (SUCCESS_STATUS if self.ok else FAILED_STATUS)
 
 
 def redactor(s: Settings) -> Redactor:
@@ -60,35 +65,24 @@ def over_budget(conn, message_id: int, s: Settings) -> str | None:
     return None
 
 
-def db_coordinates(s: Settings) -> dict[str, str]:
-    """Where the agent's own database role is, never a password: the embedded server's
-    read-only agent role on loopback TCP, or SYNEDRE_AGENT_DATABASE_URL; nothing at all for
-    an external server without one (the fleet's own role is never handed on)."""
-    from synedre import db
-
-    url = db.agent_url(s)
-    if url is None:
-        return {}
-    u = urlsplit(url)
-    host = u.hostname or dict(p.split("=", 1) for p in u.query.split("&") if "=" in p).get("host", "")
-    return {k: v for k, v in {"PGHOST": host, "PGPORT": str(u.port or ""), "PGDATABASE": u.path.lstrip("/"),
-                              "PGUSER": u.username or ""}.items() if v}
-
-
 def agent_user(s: Settings) -> runner.RunAs | None:
-    """The dedicated OS user the agent runs as: configured and the worker is root. A
-    configured user that does not exist fails the launch (KeyError): never fall back to root."""
-    if not s.agent_user or os.geteuid() != 0:
+    """The unprivileged OS user the agent runs as when the worker is root (SPEC §8 Sandbox),
+    unless SYNEDRE_AGENT_AS_ROOT opts out; None when the worker is not root (the agent is the
+    worker's user, confined by the sandbox). A user that does not exist fails the launch
+    (KeyError): never fall back to root."""
+    if os.geteuid() != 0 or s.agent_as_root:
         return None
     return runner.RunAs.lookup(s.agent_user)
 
 
 def agent_env(s: Settings, launch_id: int, home: Path, contract_path: Path | None = None,
               run_as: runner.RunAs | None = None) -> dict[str, str]:
-    """What the agent gets, and nothing else: no database password, no other secret.
-    The contract's path is there too, as well as in the system prompt. IS_SANDBOX only
-    without a dedicated user: the CLI refuses bypassPermissions as root without it."""
-    env = {**db_coordinates(s), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+    """What the agent gets, and nothing else: no database coordinates (the sandbox lets no
+    connection through), no secret but the API key the CLI itself needs, which the sandbox
+    unsets for the agent's commands. The contract's path is there too, as well as in the
+    system prompt. IS_SANDBOX only as root (the opt-out): the CLI refuses bypassPermissions
+    as root without it."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
            "LANG": "C.UTF-8",
            "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
            "CLAUDE_CODE_TMPDIR": str(home / "tmp"), "SYNEDRE_WORKER_CONTEXT": f"launch:{launch_id}",
@@ -99,8 +93,8 @@ def agent_env(s: Settings, launch_id: int, home: Path, contract_path: Path | Non
         env["ANTHROPIC_API_KEY"] = key.get_secret_value()
     if s.anthropic_base_url:
         env["ANTHROPIC_BASE_URL"] = s.anthropic_base_url
-    if s.agent_is_sandbox and run_as is None:
-        env["IS_SANDBOX"] = "1"
+    if run_as is None and os.geteuid() == 0:
+        env["IS_SANDBOX"] = "1"  # root, by the explicit opt-out: the CLI's own sandbox confines it
     if contract_path is not None:
         env["SYNEDRE_CONTRACT_PATH"] = str(contract_path)
     return env
@@ -242,96 +236,148 @@ def _embed(text: str) -> persona.Embed:
     return cached
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Where one launch's files live. Under `<state>/agent` (root's, which the agent user may
+    traverse but not list, as the state directory itself): its home, the contract's own
+    directory, the CLI's settings (the fleet's, readable by the agent's group only), and the
+    clones; under `<state>/launches/<id>`, private to the fleet: the NDJSON stream."""
+    base: Path
+    mine: Path
+    home: Path
+    out: Path
+    clones: Path
+
+    @property
+    def contract(self) -> Path:
+        return self.out / prompt.CONTRACT_NAME
+
+
+def _layout(s: Settings, launch_id: int, run_as: runner.RunAs | None) -> _Layout:
+    base = workspace.private_dir((s.state_dir / "launches" / str(launch_id)).resolve())
+    area = (s.state_dir / "agent").resolve()
+    if run_as is None:
+        mine = workspace.private_dir(area / str(launch_id))
+        home, out = workspace.private_dir(mine / "home"), workspace.private_dir(mine / "out")
+        workspace.private_dir(home / "tmp")
+        return _Layout(base, mine, home, out, workspace.private_dir(area / "clones"))
+    mine = workspace.traversable_dir(workspace.traversable_dir(area) / str(launch_id))
+    home, out = workspace.agent_dir(mine / "home", run_as), workspace.agent_dir(mine / "out", run_as)
+    workspace.agent_dir(home / "tmp", run_as)
+    return _Layout(base, mine, home, out, workspace.traversable_dir(area / "clones"))
+
+
+def _fail(claim, reason: str, error: str, outcome: str | None = None, **audit: object) -> Result:
+    """A launch that could not start its agent: failed, with why, audited."""
+    with db.transaction() as conn:
+        launches.finish(conn, claim, ok=False, status=FAILED_STATUS, reason=reason, outcome=outcome,
+                        salvage={"error": error})
+        if audit:
+            sql.audit(conn, claim.message_id, reason, error=error, **audit)
+    log.error(f"spawn_{reason}", message=claim.message_id, error=error)
+    return Result(False, reason)
+
+
 def _run_agent(claim, state, s: Settings, system: prompt.SystemChoice, user: prompt.LaunchPrompt, model: str,
                stop: threading.Event) -> Result:
-    base = (s.state_dir / "launches" / str(claim.launch_id)).resolve()
     lane = tools.policy(system.kind, tools.configured(s.agent_tools))
     try:
         run_as = agent_user(s)
     except (KeyError, ValueError) as exc:  # fail closed: the agent never runs as root by mistake
-        with db.transaction() as conn:
-            launches.finish(conn, claim, ok=False, status=FAILED_STATUS, reason="agent_user_unavailable",
-                            salvage={"error": f"SYNEDRE_AGENT_USER={s.agent_user}: {exc}"})
-        log.error("spawn_agent_user_unavailable", message=claim.message_id, user=s.agent_user)
-        return Result(False, "agent_user_unavailable")
+        return _fail(claim, "agent_user_unavailable", f"SYNEDRE_AGENT_USER={s.agent_user}: {exc}")
     # Private until the agent is done (see workspace.private_files); the merge comes after.
     with workspace.private_files():
-        workspace.private_dir(base)
-        if run_as is None:
-            contract_path = base / prompt.CONTRACT_NAME
-            home = workspace.private_dir(base / "home")
-            workspace.private_dir(home / "tmp")
-            clones = None
-        else:
-            # The agent's own: under <state>/agent, which it may traverse but not list, as
-            # the state directory itself (0711); its launch dir stays root's, so nothing of
-            # the path to the contract is the agent's to swap but the last directory.
-            area = workspace.traversable_dir((s.state_dir / "agent").resolve())
-            mine = workspace.traversable_dir(area / str(claim.launch_id))
-            home = workspace.agent_dir(mine / "home", run_as)
-            workspace.agent_dir(home / "tmp", run_as)
-            contract_path = workspace.agent_dir(mine / "out", run_as) / prompt.CONTRACT_NAME
-            clones = workspace.traversable_dir(area / "worktrees")
-        repo = s.workspace_repo or base / "scratch"
-        if s.workspace_repo is None:  # no repository configured: an empty one, so git still works
-            workspace.init_scratch(repo, s.workspace_base_branch)
-        ws = workspace.open_workspace(Path(repo), base_branch=s.workspace_base_branch,
-                                      name=f"msg-{claim.message_id}-a{claim.attempt}",
-                                      disabled=s.worktree_disabled, root=clones, owner=run_as)
-        contract_path.unlink(missing_ok=True)  # absent before the agent starts: only its own counts
-        ndjson = workspace.private_file(base / "events.ndjson")
+        where = _layout(s, claim.launch_id, run_as)
+        repo = s.workspace_repo or where.base / "scratch"
+        try:
+            if s.workspace_repo is None:  # no repository configured: an empty one, so git still works
+                workspace.init_scratch(repo, s.workspace_base_branch)
+            ws = workspace.open_workspace(Path(repo), base_branch=s.workspace_base_branch, root=where.clones,
+                                          name=f"msg-{claim.message_id}-a{claim.attempt}", owner=run_as)
+        except (workspace.WorkspaceError, OSError) as exc:  # never the trunk instead
+            return _fail(claim, "workspace_unavailable", str(exc), repo=str(repo))
+        where.contract.unlink(missing_ok=True)  # absent before the agent starts: only its own counts
+        ndjson = workspace.private_file(where.base / "events.ndjson")
+        env = agent_env(s, claim.launch_id, where.home, where.contract, run_as)
+        rules = sandbox.settings(workspace=ws.path, contract_dir=where.out, launch_dir=where.mine, repo=ws.repo,
+                                 state_dir=s.state_dir, domains=sandbox.allowed_domains(s.agent_allowed_domains))
+        settings_file = sandbox.write_settings(where.mine / sandbox.SETTINGS_NAME, rules, run_as)
         with db.transaction() as conn:
             launches.update(conn, claim, worktree=str(ws.path), branch=ws.branch, ndjson_path=str(ndjson),
-                            agent_tools=lane.as_record(), contract_path=str(contract_path))
-            if ws.fallback_reason:
-                sql.audit(conn, claim.message_id, "worktree_fallback", reason=ws.fallback_reason)
-        seq = [0]
-
-        def persist(batch):
-            with db.transaction() as conn:
-                seq[0] = launches.add_events(conn, claim, seq[0], [
-                    (e.event_type, e.subtype, e.tool_name, payload) for e, payload in batch])
-
-        def session(session_id: str):
-            with db.transaction() as conn:
-                launches.update(conn, claim, session_id=session_id)
-
-        argv = runner.build_argv(s.claude_bin, add_dir=ws.path, prompt=user.text,
-                                 system_prompt=system.render(contract_path=str(contract_path), token=user.token),
-                                 model=model, max_turns=system.max_turns, allowed_tools=lane.allowed,
-                                 disallowed_tools=lane.disallowed, max_budget_usd=s.max_budget_usd)
-        limits = runner.Limits(idle_timeout_s=s.idle_timeout_s, hard_timeout_s=s.hard_timeout_s,
-                               budget_s=s.launch_budget_s)
+                            agent_tools=lane.as_record(), contract_path=str(where.contract), sandbox=rules)
+        if unavailable := sandbox.preflight(env["PATH"], run_as):  # before any agent process or model call
+            workspace.close_workspace(ws)
+            return _fail(claim, "sandbox_unavailable", unavailable, outcome="sandbox_unavailable", path=env["PATH"])
+        argv = runner.build_argv(s.claude_bin, add_dir=[ws.path, where.out], settings=settings_file,
+                                 prompt=user.text, model=model, max_turns=system.max_turns,
+                                 system_prompt=system.render(contract_path=str(where.contract), token=user.token),
+                                 allowed_tools=lane.allowed, disallowed_tools=lane.disallowed,
+                                 max_budget_usd=s.max_budget_usd)
         log.info("spawn_started", message=claim.message_id, attempt=claim.attempt, model=model, kind=system.kind,
                  tools=",".join(lane.allowed), agent_user=run_as.name if run_as else None)
-        outcome = runner.run(argv, cwd=ws.path, env=agent_env(s, claim.launch_id, home, contract_path, run_as),
-                             limits=limits, redactor=redactor(s), on_events=persist, ndjson_path=ndjson,
-                             on_session=session, stop=stop, umask=workspace.PRIVATE_UMASK, run_as=run_as)
-    collect_error = None
-    if run_as is not None:  # its processes are gone: what it left can be looked at safely
-        workspace.settle_agent_file(contract_path)
-        collect_error = workspace.collect(ws)
-    contract = read_contract(contract_path, "lean" if system.kind == "lean" else "rich")
+        outcome = runner.run(argv, cwd=ws.path, env=env, limits=runner.Limits(
+            idle_timeout_s=s.idle_timeout_s, hard_timeout_s=s.hard_timeout_s, budget_s=s.launch_budget_s),
+            redactor=redactor(s), on_events=_persist(claim), ndjson_path=ndjson, on_session=_on_session(claim),
+            stop=stop, umask=workspace.PRIVATE_UMASK, run_as=run_as)
+    return _conclude(claim, s, system, ws, where, outcome)
+
+
+def _persist(claim):
+    seq = [0]
+
+    def persist(batch):
+        with db.transaction() as conn:
+            seq[0] = launches.add_events(conn, claim, seq[0], [
+                (e.event_type, e.subtype, e.tool_name, payload) for e, payload in batch])
+    return persist
+
+
+def _on_session(claim):
+    def session(session_id: str):
+        with db.transaction() as conn:
+            launches.update(conn, claim, session_id=session_id)
+    return session
+
+
+def _conclude(claim, s: Settings, system: prompt.SystemChoice, ws: workspace.Workspace, where: _Layout,
+              outcome: runner.RunOutcome) -> Result:
+    """The verdict, the branch brought back and merged (only after a success), the row."""
+    # Its processes are gone: what it left can be looked at safely (a plain file of its own).
+    workspace.settle_agent_file(where.contract)
+    collect_error = workspace.collect(ws)
+    contract = read_contract(where.contract, "lean" if system.kind == "lean" else "rich")
     committed = prompt.committed_contracts(workspace.committed_paths(ws))
     verdict = succeeded(outcome, system.max_turns, contract.valid, contract_committed=bool(committed))
-    # Only a success reaches the trunk; anything else keeps its commits on its branch.
-    merged = workspace.merge_back(ws) if verdict.ok and ws.isolated else None
+    r, launch_outcome = outcome.result, None
+    if r is not None and r.raw.get("startup_failure_reason") == sandbox.CLI_UNAVAILABLE:
+        verdict, launch_outcome = Result(False, "sandbox_unavailable"), "sandbox_unavailable"
+    merged = None
+    if verdict.ok:  # only a success reaches the trunk; anything else keeps its commits on its branch
+        merged = workspace.merge_back(ws) if collect_error is None else workspace.MergeResult(
+            False, f"branch not brought back: {collect_error}", ["(still in the clone)"])
+        if merged.failed:
+            verdict = Result(False, "merge_failed", Status.MERGE_FAILED)
+            launch_outcome = "merge_failed"
     salvage = None
     if not verdict.ok:
         salvage = {"commits": workspace.commits_since(ws), "branch": ws.branch,
-                   "contract": workspace.read_file(contract_path),
+                   "contract": workspace.read_file(where.contract),
                    "resumable": outcome.stop_reason in ("idle", "hard", "budget") and bool(outcome.session_id)}
-    r = outcome.result
     with db.transaction() as conn:
-        launches.finish(conn, claim, ok=verdict.ok, status=SUCCESS_STATUS if verdict.ok else FAILED_STATUS,
-                        reason=verdict.reason, exit_code=outcome.exit_code,
+        launches.finish(conn, claim, ok=verdict.ok, status=verdict.message_status, reason=verdict.reason,
+                        outcome=launch_outcome, exit_code=outcome.exit_code,
                         is_error=r.is_error if r else None, num_turns=r.num_turns if r else None,
                         cost_usd=r.total_cost_usd if r else None,
                         contract=contract.contract.model_dump() if contract.contract else None,
                         salvage={**(salvage or {}), "merge": merged and merged.reason,
                                  "contract_errors": contract.errors, "contract_committed": committed,
-                                 **({"collect_error": collect_error} if collect_error else {})})
-    if ws.isolated and collect_error is None:  # a clone whose branch did not come back is kept
+                                 **({"collect_error": collect_error} if collect_error else {}),
+                                 **({"startup_errors": r.raw.get("errors")} if launch_outcome == "sandbox_unavailable"
+                                    and r else {})})
+        if merged is not None and merged.failed:
+            sql.audit(conn, claim.message_id, "merge_failed", reason=merged.reason, branch=ws.branch,
+                      commits=merged.commits)
+    if collect_error is None:  # a clone whose branch did not come back is kept
         workspace.close_workspace(ws)
     log.info("spawn_finished", message=claim.message_id, ok=verdict.ok, reason=verdict.reason,
              exit_code=outcome.exit_code, stop=outcome.stop_reason)

@@ -1,26 +1,25 @@
-"""Git worktrees for agent launches (SPEC §8 Workspace).
+"""The agent's workspace: its own clone of the client repository (SPEC §8 Workspace).
 
-Each launch gets a worktree on a new branch `synedre/<name>` forked from the
-pre-production branch, so concurrent agents never share a working tree. The caller
-merges back only after a successful verdict: a failed, stopped or salvaged run's commits
-stay on their branch, which `close_workspace` keeps. `merge_back` merges the branch into
-the trunk only if the trunk is clean and on that branch; it never stashes and never
-resets the trunk. Any failure of the worktree mechanism falls back to the trunk
-(`isolated=False`) with the reason recorded: a run is never lost because git misbehaved
-(there, the agent commits on the trunk itself, verdict or not).
+Each launch gets a clone, on a new branch `synedre/<name>` forked from the pre-production
+branch, under the launch area's `clones/` (never beside the trunk, never sharing its git
+directory: a worktree writes the trunk's objects, refs and hooks, so an agent in one could
+reach the trunk, and a hook it planted would run when the fleet merged). There is no fallback:
+a clone that cannot be made raises `WorkspaceError` and the launch fails, audited.
 
-Every git operation that changes a repository's worktrees or branches runs under
-`repo_lock`, one lock per repository shared by every process on the host.
-A worktree holding uncommitted work (untracked files included) is never deleted.
+The clone is made by the fleet from the trunk (`--no-hardlinks`: a chown must never reach the
+trunk's objects through a shared inode), its `origin` removed, and, when the agent runs as its
+own OS user (`owner`), handed to that user. After the run, `collect` brings the branch back
+into the trunk's repository by a fetch whose serving side runs as the agent (or, without an
+agent user, with the clone's hooks and executable configuration overridden): nothing the agent
+wrote in its clone runs as the fleet. Every git command the fleet runs inside a clone does the
+same (`_in_clone`). `merge_back` then merges the branch into the trunk, only after a successful
+verdict and only into a clean trunk on its branch; a failed, stopped or salvaged run's commits
+stay on their branch, which `close_workspace` keeps. A merge that fails is its caller's
+`merge_failed`, never a success.
 
-When the agent runs as its own OS user (`owner`, SYNEDRE_AGENT_USER under a root worker)
-it gets a clone instead of a worktree: a worktree writes into the trunk's git directory
-(objects, refs, its admin files), which would make the trunk writable by the agent. The
-clone (`--no-hardlinks`: a chown must never reach the trunk's objects through a shared
-inode) is the agent's own; `collect` brings its branch back into the trunk, through a
-`git-upload-pack` that runs as the agent, and every git command run inside the clone runs
-as the agent too: its config (core.fsmonitor, filters…) is the agent's to write, so root
-never reads it. After that the branch, merge and salvage work on the trunk as for a worktree.
+Git operations on one repository (clone, fetch-back, merge) run under `repo_lock`, one lock per
+repository shared by every process on the host. A clone holding uncommitted work (untracked
+files included) is never deleted.
 """
 from __future__ import annotations
 
@@ -41,6 +40,12 @@ BRANCH_PREFIX = "synedre/"
 GIT_TIMEOUT_S = 120.0  # a checkout of a large tree takes a while; a hung git must not
 LOCK_TIMEOUT_S = 60.0
 _LOCK_POLL_S = 0.05
+# Inside Claude Code's Bash sandbox (2.1.332), each of these that the workspace lacks shows up
+# as a mount point (/dev/null or an empty directory) so a command cannot plant it; `git add -A`
+# would then fail on them ("can only add regular files"). Untracked only: a tracked one is not
+# affected. tests/spawn/test_launch_e2e.py commits with `git add -A` through the real CLI.
+SANDBOX_MOUNT_POINTS = (".bash_profile", ".bashrc", ".claude", ".gitconfig", ".gitmodules", ".idea",
+                        ".mcp.json", ".profile", ".ripgreprc", ".vscode", ".zprofile", ".zshrc")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -50,14 +55,12 @@ class WorkspaceError(RuntimeError):
 
 @dataclass(frozen=True)
 class Workspace:
-    path: Path  # where the agent runs: the worktree, or the trunk itself
-    branch: str | None  # `synedre/<name>`; None on the trunk
+    path: Path  # the agent's clone, where it runs
+    branch: str  # `synedre/<name>`
     repo: Path  # the trunk's working tree
     base_branch: str
-    isolated: bool  # False = trunk fallback
-    fallback_reason: str | None = None
     base_sha: str | None = None  # where the agent started: commits after it are its own
-    owner: RunAs | None = None  # set: `path` is a clone owned by that user (see the module doc)
+    owner: RunAs | None = None  # set: the clone is owned by that user (the agent runs as it)
 
 
 @dataclass(frozen=True)
@@ -66,9 +69,17 @@ class MergeResult:
     reason: str
     commits: list[str]  # "<sha> <subject>", oldest first
 
+    @property
+    def failed(self) -> bool:
+        """The agent committed and its work did not reach the trunk (`merge_failed`)."""
+        return not self.merged and bool(self.commits)
+
 
 # Git run as the agent reads no configuration but the repository's own (the agent's).
 _AS_AGENT_ENV = {"HOME": "/nonexistent", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+# What the fleet sets on every git command it runs inside a clone: a hook or an fsmonitor the
+# agent configured there never runs (command-line configuration wins over the repository's).
+_IN_CLONE = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
 
 
 def _git(cwd: Path, *args: str, ok: tuple[int, ...] = (0,), timeout: float = GIT_TIMEOUT_S,
@@ -95,8 +106,9 @@ def _out(cwd: Path, *args: str, as_user: RunAs | None = None) -> str:
     return _git(cwd, *args, as_user=as_user).stdout.strip()
 
 
-def _dirty(path: Path, as_user: RunAs | None = None) -> bool:
-    return bool(_out(path, "status", "--porcelain", "--untracked-files=all", as_user=as_user))
+def _dirty(path: Path, as_user: RunAs | None = None, clone: bool = False) -> bool:
+    opts = _IN_CLONE if clone else ()
+    return bool(_out(path, *opts, "status", "--porcelain", "--untracked-files=all", as_user=as_user))
 
 
 @contextmanager
@@ -126,106 +138,68 @@ def repo_lock(repo: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _worktrees(repo: Path) -> list[dict[str, str]]:
-    """`git worktree list --porcelain` as dicts: worktree, HEAD, branch, locked…"""
-    entries = []
-    for block in _git(repo, "worktree", "list", "--porcelain").stdout.split("\n\n"):
-        entry = dict((line.split(" ", 1) + [""])[:2] for line in block.splitlines() if line)
-        if entry:
-            entries.append(entry)
-    return entries
-
-
-def _trunk(repo: Path, base_branch: str, reason: str) -> Workspace:
-    log.warning("workspace_trunk_fallback", repo=str(repo), reason=reason)
-    try:
-        base_sha = _out(repo, "rev-parse", "--verify", "HEAD^{commit}")
-    except WorkspaceError:
-        base_sha = None  # salvage then reports no commits rather than failing
-    return Workspace(path=repo, branch=None, repo=repo, base_branch=base_branch,
-                     isolated=False, fallback_reason=reason, base_sha=base_sha)
-
-
-def open_workspace(repo: Path, *, base_branch: str, name: str, disabled: bool = False,
-                   root: Path | None = None, owner: RunAs | None = None) -> Workspace:
-    """A worktree on `synedre/<name>` forked from `base_branch`, else the trunk.
-
-    The worktree lives in `<root>/<repo name>/<name>`, `root` defaulting to
-    `<repo>/../.synedre-worktrees`. Reopening a name (a resumed launch) reuses its
-    worktree, or its branch if the worktree is gone, so earlier commits are kept.
-    `disabled` (the SYNEDRE_WORKTREE_DISABLED switch, read by the caller) or any
-    failure falls back to the trunk with `fallback_reason` set.
-
-    `owner`: a clone owned by that user instead (see the module doc), in the same place.
-    It has no trunk fallback: the trunk is not the agent's to write, so a failure raises
-    `WorkspaceError`.
-    """
+def open_workspace(repo: Path, *, base_branch: str, name: str, root: Path,
+                   owner: RunAs | None = None) -> Workspace:
+    """The agent's clone at `<root>/<repo name>/<name>` on `synedre/<name>`, forked from
+    `base_branch` (or from that branch if it exists: a resumed launch keeps its commits).
+    Reopening a name reuses the clone as the agent left it. `owner`: the clone is handed to
+    that user. Any failure raises `WorkspaceError`: the trunk is never the agent's to work on."""
     repo = repo.resolve()
-    if disabled and owner is None:
-        return _trunk(repo, base_branch, "worktrees disabled by configuration")
-    branch = BRANCH_PREFIX + name
-    path = (root or repo.parent / ".synedre-worktrees").resolve() / repo.name / name
-    if owner is not None:
-        return _open_clone(repo, base_branch, name, branch, path, owner)
-    try:
-        if not _NAME.fullmatch(name):
-            raise WorkspaceError(f"invalid workspace name {name!r}")
-        with repo_lock(repo):
-            _out(repo, "rev-parse", "--verify", f"refs/heads/{base_branch}^{{commit}}")
-            existing = {Path(w["worktree"]): w.get("branch") for w in _worktrees(repo)}
-            if existing.get(path) != f"refs/heads/{branch}":
-                path.parent.mkdir(parents=True, exist_ok=True)
-                has_branch = _git(repo, "rev-parse", "--verify", "--quiet",
-                                  f"refs/heads/{branch}", ok=(0, 1)).returncode == 0
-                if has_branch:
-                    _out(repo, "worktree", "add", str(path), branch)
-                else:
-                    _out(repo, "worktree", "add", "-b", branch, str(path), base_branch)
-            base_sha = _out(repo, "merge-base", base_branch, branch)
-    except (WorkspaceError, OSError) as exc:
-        return _trunk(repo, base_branch, f"worktree unavailable: {exc}")
-    log.info("workspace_opened", repo=str(repo), path=str(path), branch=branch)
-    return Workspace(path=path, branch=branch, repo=repo, base_branch=base_branch,
-                     isolated=True, base_sha=base_sha)
-
-
-def _open_clone(repo: Path, base_branch: str, name: str, branch: str, path: Path, owner: RunAs) -> Workspace:
     if not _NAME.fullmatch(name):
         raise WorkspaceError(f"invalid workspace name {name!r}")
-    with repo_lock(repo):
-        _out(repo, "rev-parse", "--verify", f"refs/heads/{base_branch}^{{commit}}")
-        has_branch = _git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}",
-                          ok=(0, 1)).returncode == 0
-        base_sha = _out(repo, "merge-base", base_branch, branch if has_branch else base_branch)
-    if path.exists():  # a resumed launch: the agent's clone, as it left it
-        if _git(path, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", ok=(0, 1),
-                as_user=owner).returncode != 0:
-            raise WorkspaceError(f"{path} exists without the branch {branch}")
-    else:
+    branch = BRANCH_PREFIX + name
+    path = root.resolve() / repo.name / name
+    try:
+        with repo_lock(repo):
+            _out(repo, "rev-parse", "--verify", f"refs/heads/{base_branch}^{{commit}}")
+            has_branch = _git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}",
+                              ok=(0, 1)).returncode == 0
+            base_sha = _out(repo, "merge-base", base_branch, branch if has_branch else base_branch)
+            if path.exists():  # a resumed launch: the agent's clone, as it left it
+                if _git(path, *_IN_CLONE, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}",
+                        ok=(0, 1), as_user=owner).returncode != 0:
+                    raise WorkspaceError(f"{path} exists without the branch {branch}")
+            else:
+                _make_clone(repo, base_branch, branch, has_branch, path, owner)
+    except OSError as exc:
+        raise WorkspaceError(f"{path}: {exc}") from exc
+    log.info("workspace_opened", repo=str(repo), path=str(path), branch=branch,
+             owner=owner.name if owner else None)
+    return Workspace(path=path, branch=branch, repo=repo, base_branch=base_branch, base_sha=base_sha,
+                     owner=owner)
+
+
+def _make_clone(repo: Path, base_branch: str, branch: str, has_branch: bool, path: Path,
+                owner: RunAs | None) -> None:
+    if owner is not None:
         traversable_dir(path.parent)
-        tmp = path.with_name(path.name + ".new")
-        subprocess.run(["rm", "-rf", "--one-file-system", str(tmp)], check=True, timeout=GIT_TIMEOUT_S)
-        # Made by root from the trunk (nothing of the agent's is read), then handed over.
-        _git(path.parent, "clone", "--quiet", "--no-hardlinks", "--no-tags", "--branch",
-             branch if has_branch else base_branch, str(repo), str(tmp))
-        if not has_branch:
-            _out(tmp, "checkout", "--quiet", "-b", branch)
-        _out(tmp, "remote", "remove", "origin")  # the trunk is not the agent's to fetch from
+    else:
+        private_dir(path.parent)
+    tmp = path.with_name(path.name + ".new")
+    subprocess.run(["rm", "-rf", "--one-file-system", str(tmp)], check=True, timeout=GIT_TIMEOUT_S)
+    # Made by the fleet from the trunk (nothing of the agent's is read), then handed over.
+    _git(path.parent, "clone", "--quiet", "--no-hardlinks", "--no-tags", "--branch",
+         branch if has_branch else base_branch, str(repo), str(tmp))
+    if not has_branch:
+        _out(tmp, "checkout", "--quiet", "-b", branch)
+    _out(tmp, "remote", "remove", "origin")  # the trunk is not the agent's to fetch from
+    with (tmp / ".git" / "info" / "exclude").open("a") as fh:
+        fh.write("\n# synedre: the sandbox's mount points (not the agent's work)\n"
+                 + "".join(f"/{name}\n" for name in SANDBOX_MOUNT_POINTS))
+    if owner is not None:
         chown_tree(tmp, owner)
-        tmp.rename(path)
-    log.info("workspace_opened", repo=str(repo), path=str(path), branch=branch, owner=owner.name)
-    return Workspace(path=path, branch=branch, repo=repo, base_branch=base_branch, isolated=True,
-                     base_sha=base_sha, owner=owner)
+    tmp.rename(path)
 
 
 def collect(ws: Workspace) -> str | None:
-    """Bring the agent's branch from its clone into the trunk's repository (a no-op for a
-    worktree); None, or why it could not (then the trunk keeps what it had of the branch).
-    The serving side runs as the agent: root never reads the clone's configuration."""
-    if ws.owner is None or ws.branch is None:
-        return None
-    serve = " ".join(["setpriv", f"--reuid={ws.owner.uid}", f"--regid={ws.owner.gid}", "--clear-groups",
-                      "env", *(f"{k}={v}" for k, v in _AS_AGENT_ENV.items()), "git-upload-pack"])
+    """Bring the agent's branch from its clone into the trunk's repository; None, or why it
+    could not (then the trunk keeps what it had of the branch). The serving side runs as the
+    agent, or with the clone's hooks and fsmonitor overridden: the fleet runs nothing of its."""
+    if ws.owner is not None:
+        serve = " ".join(["setpriv", f"--reuid={ws.owner.uid}", f"--regid={ws.owner.gid}", "--clear-groups",
+                          "env", *(f"{k}={v}" for k, v in _AS_AGENT_ENV.items()), "git-upload-pack"])
+    else:
+        serve = " ".join(["env", *(f"{k}={v}" for k, v in _AS_AGENT_ENV.items()), "git", *_IN_CLONE, "upload-pack"])
     try:
         with repo_lock(ws.repo):
             _out(ws.repo, "-c", "protocol.file.allow=always", "fetch", "--quiet", "--no-tags",
@@ -285,8 +259,7 @@ def commits_since(ws: Workspace) -> list[str]:
     """The agent's commits since it started, "<sha> <subject>", oldest first (salvage)."""
     if ws.base_sha is None:
         return []
-    tip = ws.branch or "HEAD"
-    lines = _out(ws.repo, "log", "--reverse", "--format=%H %s", f"{ws.base_sha}..{tip}")
+    lines = _out(ws.repo, "log", "--reverse", "--format=%H %s", f"{ws.base_sha}..{ws.branch}")
     return lines.splitlines()
 
 
@@ -295,9 +268,8 @@ def committed_paths(ws: Workspace) -> list[str]:
     in any of them, even if a later commit removed it again."""
     if ws.base_sha is None:
         return []
-    tip = ws.branch or "HEAD"
     out = _out(ws.repo, "log", "--reverse", "--format=", "--name-only", "--no-renames", "--diff-filter=d",
-               "-z", f"{ws.base_sha}..{tip}")
+               "-z", f"{ws.base_sha}..{ws.branch}")
     return list(dict.fromkeys(p.strip("\n") for p in out.split("\0") if p.strip("\n")))
 
 
@@ -365,10 +337,10 @@ def merge_back(ws: Workspace) -> MergeResult:
     Only when the agent committed and the trunk is clean and on `base_branch`; a
     conflicting merge is aborted, which restores the trunk exactly since it was clean.
     """
-    if not ws.isolated or ws.branch is None:
-        return MergeResult(False, "trunk mode: commits are already on the trunk",
-                           commits_since(ws))
     with repo_lock(ws.repo):
+        if _git(ws.repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{ws.branch}",
+                ok=(0, 1)).returncode != 0:
+            return MergeResult(False, "no commits to merge", [])  # the agent's branch never came back
         commits = _out(ws.repo, "log", "--reverse", "--format=%H %s",
                        f"{ws.base_branch}..{ws.branch}").splitlines()
         if not commits:
@@ -396,33 +368,13 @@ def merge_back(ws: Workspace) -> MergeResult:
 
 
 def close_workspace(ws: Workspace) -> bool:
-    """Remove a clean worktree; True when nothing is left to clean up.
+    """Remove a clean clone; True when nothing is left to clean up.
 
-    A worktree with uncommitted work is kept (False). The branch is deleted only if it
-    is merged into `base_branch`; otherwise it stays, holding the agent's commits.
-    """
-    if not ws.isolated or ws.branch is None:
-        return True
-    if ws.owner is not None:
-        return _close_clone(ws)
-    with repo_lock(ws.repo):
-        if ws.path.exists():
-            if _dirty(ws.path):
-                log.warning("workspace_kept_dirty", path=str(ws.path), branch=ws.branch)
-                return False
-            _out(ws.repo, "worktree", "remove", str(ws.path))
-        _out(ws.repo, "worktree", "prune")
-        merged = _git(ws.repo, "merge-base", "--is-ancestor", ws.branch, ws.base_branch,
-                      ok=(0, 1)).returncode == 0
-        if merged:
-            _out(ws.repo, "branch", "-D", ws.branch)
-    return True
-
-
-def _close_clone(ws: Workspace) -> bool:
-    assert ws.owner is not None and ws.branch is not None
+    A clone with uncommitted work is kept (False). The branch is deleted from the trunk's
+    repository only if it is merged into `base_branch`; otherwise it stays, holding the
+    agent's commits."""
     if ws.path.exists():
-        if _dirty(ws.path, ws.owner):
+        if _dirty(ws.path, ws.owner, clone=True):
             log.warning("workspace_kept_dirty", path=str(ws.path), branch=ws.branch)
             return False
         subprocess.run(["rm", "-rf", "--one-file-system", str(ws.path)], check=True, timeout=GIT_TIMEOUT_S)
@@ -436,46 +388,41 @@ def _close_clone(ws: Workspace) -> bool:
 
 
 def _last_activity(path: Path) -> float:
-    """Newest mtime of the worktree directory and of its HEAD and index (git updates them)."""
-    admin = Path(_out(path, "rev-parse", "--absolute-git-dir"))
-    return max(p.stat().st_mtime for p in (path, admin / "HEAD", admin / "index") if p.exists())
+    """Newest mtime of the clone directory and of its HEAD and index (git updates them)."""
+    return max(p.stat().st_mtime for p in (path, path / ".git" / "HEAD", path / ".git" / "index") if p.exists())
 
 
-def prune_stale(repo: Path, older_than_s: float) -> list[Path]:
-    """At worker start: forget vanished worktrees, remove our clean idle ones.
+def prune_stale(root: Path, older_than_s: float) -> list[Path]:
+    """At worker start: remove the clean idle clones under `root` (`<root>/<repo>/<name>`).
 
-    "Ours" = on a `synedre/` branch and not locked. Idle = no activity for
-    `older_than_s`, which must exceed the launch budget: another worker's agent may be
-    running in one. Dirty worktrees are never removed; their branches are kept.
-    """
-    repo = repo.resolve()
+    Idle = no activity for `older_than_s`, which must exceed the launch budget: another
+    worker's agent may be running in one. A dirty clone is never removed (its status is read
+    as the clone's owner, with its hooks and fsmonitor overridden)."""
     removed: list[Path] = []
-    with repo_lock(repo):
-        _out(repo, "worktree", "prune")
-        for wt in _worktrees(repo):
-            path = Path(wt["worktree"])
-            if not wt.get("branch", "").startswith("refs/heads/" + BRANCH_PREFIX) \
-                    or "locked" in wt:
+    for path in sorted(root.glob("*/*")):
+        if not (path / ".git").is_dir() or path.name.endswith(".new"):
+            continue
+        try:
+            if time.time() - _last_activity(path) < older_than_s:
                 continue
-            try:
-                if time.time() - _last_activity(path) < older_than_s:
-                    continue
-                if _dirty(path):
-                    log.warning("workspace_stale_kept_dirty", path=str(path))
-                    continue
-                _out(repo, "worktree", "remove", str(path))
-            except WorkspaceError as exc:  # one broken worktree must not block the others
-                log.warning("workspace_prune_failed", path=str(path), error=str(exc))
+            st = path.stat()
+            owner = None if st.st_uid == os.geteuid() else RunAs(f"uid {st.st_uid}", st.st_uid, st.st_gid)
+            if _dirty(path, owner, clone=True):
+                log.warning("workspace_stale_kept_dirty", path=str(path))
                 continue
-            removed.append(path)
+            subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=True, timeout=GIT_TIMEOUT_S)
+        except (WorkspaceError, OSError, subprocess.SubprocessError) as exc:  # one broken clone must not block
+            log.warning("workspace_prune_failed", path=str(path), error=str(exc))
+            continue
+        removed.append(path)
     if removed:
-        log.info("workspace_pruned", repo=str(repo), count=len(removed))
+        log.info("workspace_pruned", root=str(root), count=len(removed))
     return removed
 
 
 def init_scratch(repo: Path, base_branch: str) -> None:
     """An empty repository with one commit on `base_branch`, for deployments that name
-    none: the agent still works in a worktree and its commits are still salvageable."""
+    none: the agent still works in a clone and its commits are still salvageable."""
     if (repo / ".git").exists():
         return
     repo.mkdir(parents=True, exist_ok=True)

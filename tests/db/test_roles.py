@@ -3,6 +3,7 @@ user as the application role or the superuser (migrations), the agent's coordina
 only the agent role, which reads a few tables and writes nothing."""
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
@@ -48,41 +49,21 @@ def insert_message(url: str) -> int:
 
 
 def agent_psql(s: Settings, sql: str, user: str | None = None) -> subprocess.CompletedProcess[str]:
-    """psql as the agent runs it: only its coordinates in the environment, no password."""
-    from synedre.spawn.stage import db_coordinates
-
-    env = {"PATH": os.environ["PATH"], "HOME": "/nonexistent", **db_coordinates(s)}
+    """psql as the read-only role: only its coordinates, no password."""
+    url = str(db.agent_url(s))
     if user:
-        env["PGUSER"] = user
-    return subprocess.run(["psql", "-X", "-v", "ON_ERROR_STOP=1", "-Atc", sql], env=env, capture_output=True,
+        url = url.replace("synedre_agent@", f"{user}@", 1)
+    env = {"PATH": os.environ["PATH"], "HOME": "/nonexistent"}
+    return subprocess.run(["psql", "-X", "-v", "ON_ERROR_STOP=1", "-Atc", sql, url], env=env, capture_output=True,
                           text=True, timeout=30)
-
-
-def state_of(url: str, mid: int) -> str:
-    with psycopg.connect(url) as conn:
-        return conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s", (mid,)).fetchone()[0]
-
-
-def test_the_fleet_connects_as_the_application_role_and_runs_stage_sql(embedded):
-    s, url = embedded
-    with psycopg.connect(url) as conn:
-        assert conn.execute("SELECT current_user, usesuper FROM pg_user WHERE usename = current_user"
-                            ).fetchone() == ("synedre_app", False)
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):  # never DDL
-            conn.execute("CREATE TABLE synedre.nope (id int)")
-    mid = insert_message(url)
-    assert state_of(url, mid) == "spawning"
-    assert db.admin_url(url, s) != url  # migrations go through the superuser
-    with psycopg.connect(db.admin_url(url, s)) as conn:
-        assert conn.execute("SELECT current_user").fetchone() == ("postgres",)
 
 
 @pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed (scripts/system-deps)")
 def test_the_agent_role_is_refused_the_state_row_and_the_raw_messages(embedded):
     s, url = embedded
     mid = insert_message(url)
-    coords = __import__("synedre.spawn.stage", fromlist=["db_coordinates"]).db_coordinates(s)
-    assert coords["PGUSER"] == "synedre_agent" and coords["PGHOST"] == "127.0.0.1" and "PGPASSWORD" not in coords
+    agent = db.agent_url(s)
+    assert agent is not None and agent.startswith("postgresql://synedre_agent@127.0.0.1:")
 
     update = agent_psql(s, "UPDATE synedre.email_states SET status = 'actioned'")
     assert update.returncode != 0 and "permission denied for table email_states" in update.stderr, update
@@ -133,12 +114,10 @@ def test_another_os_user_on_the_socket_is_refused_even_as_the_application_role(e
     assert r.returncode != 0 and "Peer authentication failed" in r.stderr, r
 
 
-def test_an_external_database_without_an_agent_url_gives_the_agent_no_coordinates(tmp_path):
-    from synedre.spawn.stage import db_coordinates
+def test_an_external_database_has_no_agent_url_and_a_launch_gets_no_database_coordinates(tmp_path):
+    from synedre.spawn.stage import agent_env
 
     s = Settings(state_dir=tmp_path, database_url="postgresql://app:S3cret@db.example/synedre")
-    assert db_coordinates(s) == {}
-    s = Settings(state_dir=tmp_path, database_url="postgresql://app:S3cret@db.example/synedre",
-                 agent_database_url="postgresql://reader:leaked@db.example:5433/synedre")
-    assert db_coordinates(s) == {"PGHOST": "db.example", "PGPORT": "5433", "PGDATABASE": "synedre",
-                                 "PGUSER": "reader"}
+    assert db.agent_url(s) is None
+    env = agent_env(s, 1, tmp_path)
+    assert not {k for k in env if k.startswith("PG")} and "S3cret" not in json.dumps(env)

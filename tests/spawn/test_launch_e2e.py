@@ -157,8 +157,10 @@ def test_run_leger_and_run_plan_launch_once_commit_merge_and_record_everything(s
     dump = json.dumps([p for p, in q(url, "SELECT payload FROM synedre.launch_events")])
     ndjson = "".join((tmp_path / "state").rglob("events.ndjson").__next__().read_text() for _ in [0])
     results = json.dumps([r.body for r in api.main_requests()])
+    api_key = SECRETS[1]  # the CLI's own key: the sandbox unsets it for the agent's commands
+    assert api_key not in results and "ANTHROPIC=\\n" in results  # printed empty
     for secret in SECRETS:
-        assert secret in results  # the agent really printed it...
+        assert secret == api_key or secret in results  # the agent really printed it...
         assert secret not in dump and secret not in ndjson and secret not in worker.output()  # ...nowhere kept
     assert "[REDACTED" in dump
 
@@ -431,17 +433,20 @@ def test_a_finished_launch_keeps_every_file_it_created_private(services, launch_
     _, (status, _, _, _, contract_path, launch_id), api = launch_one(services, launch_env, tmp_path, model)
 
     assert status == "succeeded"
-    base = tmp_path / "state" / "launches" / str(launch_id)
-    walked = [base, *base.rglob("*")]
-    names = {p.relative_to(base).as_posix() for p in walked}
-    assert {"home", "home/tmp", "events.ndjson", Path(contract_path).name} <= names, names
-    worktrees = repo.parent / ".synedre-worktrees" / repo.name
+    base = tmp_path / "state" / "launches" / str(launch_id)  # the fleet's: the stream
+    mine = tmp_path / "state" / "agent" / str(launch_id)  # the agent's home, contract, settings
+    walked = [base, *base.rglob("*"), mine, *mine.rglob("*")]
+    names = {p.relative_to(tmp_path / "state").as_posix() for p in walked}
+    assert {f"launches/{launch_id}/events.ndjson", f"agent/{launch_id}/home/tmp",
+            f"agent/{launch_id}/claude-settings.json", f"agent/{launch_id}/out/{Path(contract_path).name}"} <= names
     bad = []
-    for p in [*walked, worktrees]:
+    for p in [*walked, tmp_path / "state" / "agent" / "clones" / repo.name]:
         if p.is_symlink():
             continue
         mode = p.stat().st_mode & 0o777
-        if mode != (0o700 if p.is_dir() else 0o600):
+        # nothing for other users but traversal; the settings readable by the agent's group alone
+        allowed = (0o700, 0o711) if p.is_dir() else (0o640,) if p.name == "claude-settings.json" else (0o600,)
+        if mode not in allowed:
             bad.append(f"{mode:o} {p}")
     assert bad == []
     # (with --max-budget-usd the CLI ends each request with a system message: the listing is
@@ -451,4 +456,6 @@ def test_a_finished_launch_keeps_every_file_it_created_private(services, launch_
     output = "\n".join(b["content"] for b in results if b.get("type") == "tool_result")
     listed = [line.split(" ", 2) for line in output.splitlines() if line[:1].isdigit()]
     assert any(p.endswith("/src/new.py") for _, _, p in listed) and len(listed) >= 4
+    # the sandbox's own mount points (/dev/null, its .claude guard) are not the agent's files
+    listed = [(m, kind, p) for m, kind, p in listed if kind != "c" and "/.claude/" not in p]
     assert [f"{m} {p}" for m, kind, p in listed if m != ("700" if kind == "d" else "600")] == []
