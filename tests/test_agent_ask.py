@@ -129,7 +129,6 @@ def test_agent_ask_via_claude_runs_a_short_toolless_claude_p_with_the_persona_an
     try:
         monkeypatch.setenv("SYNEDRE_ANTHROPIC_BASE_URL", api.url)
         monkeypatch.setenv("SYNEDRE_ANTHROPIC_API_KEY", "sk-ant-test-not-secret")
-        monkeypatch.setenv("SYNEDRE_AGENT_IS_SANDBOX", "1")  # the CLI refuses bypassPermissions as root without it
         monkeypatch.delenv("SYNEDRE_AGENT_USER", raising=False)
         result = ask("contenu", QUESTION, "--via", "claude", "--json")
         assert result.returncode == 0, result.stderr

@@ -255,9 +255,14 @@ def settle_agent_file(path: Path) -> None:
             path.unlink(missing_ok=True)
 
 
+def _has_branch(repo: Path, branch: str) -> bool:
+    return _git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", ok=(0, 1)).returncode == 0
+
+
 def commits_since(ws: Workspace) -> list[str]:
-    """The agent's commits since it started, "<sha> <subject>", oldest first (salvage)."""
-    if ws.base_sha is None:
+    """The agent's commits since it started, "<sha> <subject>", oldest first (salvage), as far
+    as they were brought back (`collect`)."""
+    if ws.base_sha is None or not _has_branch(ws.repo, ws.branch):
         return []
     lines = _out(ws.repo, "log", "--reverse", "--format=%H %s", f"{ws.base_sha}..{ws.branch}")
     return lines.splitlines()
@@ -266,7 +271,7 @@ def commits_since(ws: Workspace) -> list[str]:
 def committed_paths(ws: Workspace) -> list[str]:
     """Every path the agent's commits since it started added or changed (deletions aside),
     in any of them, even if a later commit removed it again."""
-    if ws.base_sha is None:
+    if ws.base_sha is None or not _has_branch(ws.repo, ws.branch):
         return []
     out = _out(ws.repo, "log", "--reverse", "--format=", "--name-only", "--no-renames", "--diff-filter=d",
                "-z", f"{ws.base_sha}..{ws.branch}")
@@ -338,8 +343,7 @@ def merge_back(ws: Workspace) -> MergeResult:
     conflicting merge is aborted, which restores the trunk exactly since it was clean.
     """
     with repo_lock(ws.repo):
-        if _git(ws.repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{ws.branch}",
-                ok=(0, 1)).returncode != 0:
+        if not _has_branch(ws.repo, ws.branch):
             return MergeResult(False, "no commits to merge", [])  # the agent's branch never came back
         commits = _out(ws.repo, "log", "--reverse", "--format=%H %s",
                        f"{ws.base_branch}..{ws.branch}").splitlines()

@@ -62,7 +62,7 @@ def loop(services, tmp_path, monkeypatch):
                    f'username = "{dv.username}"\npassword_env = "TEST_ATLAS_PASSWORD"\nfolder = "INBOX"\n')
     env.update(SYNEDRE_MAILBOXES_FILE=str(box), SYNEDRE_WORKSPACE_REPO=str(site.repo),
                SYNEDRE_WORKSPACE_BASE_BRANCH="main", SYNEDRE_CLAUDE_BIN=shutil.which("claude"),
-               SYNEDRE_ANTHROPIC_API_KEY=SECRETS[1], SYNEDRE_AGENT_IS_SANDBOX="1",
+               SYNEDRE_ANTHROPIC_API_KEY=SECRETS[1],
                SYNEDRE_IDLE_TIMEOUT_S="60", SYNEDRE_LAUNCH_BUDGET_S="120", SYNEDRE_QA_TIMEOUT_S="20")
     for k, v in env.items():
         monkeypatch.setenv(k, v)

@@ -70,7 +70,6 @@ def start(fleet, model):
     api = start_claude_api(model)
     env = {**os.environ, "SYNEDRE_CLAUDE_BIN": shutil.which("claude"), "SYNEDRE_ANTHROPIC_BASE_URL": api.url,
            "SYNEDRE_ANTHROPIC_API_KEY": SECRETS[1], "SYNEDRE_AGENT_USER": AGENT_USER,
-           "SYNEDRE_AGENT_IS_SANDBOX": "1",  # set on purpose: with a dedicated user it is not passed on
            "SYNEDRE_WORKSPACE_REPO": str(fleet["repo"]), "SYNEDRE_IDLE_TIMEOUT_S": "60",
            "SYNEDRE_LAUNCH_BUDGET_S": "150"}
     return api, stack.celery_worker(env, fleet["logs"], queues="spawn")
@@ -106,7 +105,7 @@ def test_the_agent_runs_as_its_user_reads_no_secret_and_is_refused_by_postgresql
     probe = ("id -u; echo SANDBOX=${IS_SANDBOX:-unset}; "
              "for p in $(pgrep -f '[c]elery -A tasks worker'); do "
              "if cat /proc/$p/environ >/dev/null 2>&1; then echo ENV_READ $p; else echo ENV_REFUSED $p; fi; done; "
-             f"ls {state} >/dev/null 2>&1 && echo STATE_LISTED || echo STATE_REFUSED; "
+             f"echo STATE: $(ls -A {state} 2>&1); "
              f"cat {state}/pgdata/PG_VERSION >/dev/null 2>&1 && echo PGDATA_READ || echo PGDATA_REFUSED")
     attack = ("psql -X -c \"UPDATE synedre.email_states SET status = 'actioned'\" 2>&1; echo UPDATE_RC=$?; "
               "psql -X -c \"SELECT raw FROM synedre.raw_messages\" 2>&1; echo SELECT_RC=$?; "
@@ -128,16 +127,17 @@ def test_the_agent_runs_as_its_user_reads_no_secret_and_is_refused_by_postgresql
     out = tool_output(api)
     (status, reason, salvage), = q(fleet["url"], "SELECT status, stop_reason, salvage FROM synedre.launches")
     assert (status, reason) == ("succeeded", "success"), (reason, salvage, out)
-    # acceptance 7: its uid, no IS_SANDBOX, the worker's environment and the state dir refused
+    # its uid, no IS_SANDBOX, the worker's environment unreadable (in the sandbox's own PID
+    # namespace the worker is not even visible), the state directory hidden but for its own part
     assert str(pwd.getpwnam(AGENT_USER).pw_uid) in out.split()
     assert "SANDBOX=unset" in out
     refused = {int(line.split()[1]) for line in out.splitlines() if line.startswith("ENV_REFUSED ")}
-    assert worker_pids & refused and "ENV_READ" not in out, out
-    assert "STATE_REFUSED" in out and "PGDATA_REFUSED" in out, out
-    # acceptance 6: PostgreSQL says no, the state row is only what the fleet made of it
-    assert "PGUSER=synedre_agent PGHOST=127.0.0.1" in out
-    assert "permission denied for table email_states" in out and "UPDATE_RC=1" in out, out
-    assert "permission denied for table raw_messages" in out and "SELECT_RC=1" in out, out
+    assert not worker_pids & refused and "ENV_READ" not in out, out  # no pid of the worker seen at all
+    listed = next(line for line in out.splitlines() if line.startswith("STATE:")).split()[1:]
+    assert not {"pgdata", "launches", "attachments"} & set(listed) and "PGDATA_REFUSED" in out, out
+    # no database: no coordinates, and the sandbox lets no socket through
+    assert "PGUSER= PGHOST=" in out
+    assert "could not create socket" in out and "UPDATE_RC=2" in out and "SELECT_RC=2" in out, out
     assert q(fleet["url"], "SELECT status FROM synedre.email_states WHERE message_id = %s", mid) == [("spawned",)]
     assert q(fleet["url"], "SELECT count(*) FROM synedre.audit_log WHERE event = 'actioned'") == [(0,)]
     # the agent's clone came back: its commit is on the trunk, made by root from the agent's branch

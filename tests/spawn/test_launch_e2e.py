@@ -77,7 +77,7 @@ def launch_env(services, repo, tmp_path):
         api = start_claude_api(model)
         env = {**services["env"], "SYNEDRE_CLAUDE_BIN": shutil.which("claude"),
                "SYNEDRE_ANTHROPIC_BASE_URL": api.url, "SYNEDRE_ANTHROPIC_API_KEY": SECRETS[1],
-               "SYNEDRE_AGENT_IS_SANDBOX": "1", "SYNEDRE_WORKSPACE_REPO": str(repo),
+               "SYNEDRE_WORKSPACE_REPO": str(repo),
                "SYNEDRE_IDLE_TIMEOUT_S": "60", "SYNEDRE_LAUNCH_BUDGET_S": "120"}
         return api, env
     return make

@@ -1,4 +1,5 @@
-"""Git worktrees for launches (SPEC §8 Workspace), against real git repositories."""
+"""The agent's own clone for each launch (SPEC §8 Workspace), against real git repositories:
+no worktree, no trunk fallback, and the branch comes back only through `collect`."""
 from __future__ import annotations
 
 import multiprocessing
@@ -12,6 +13,7 @@ import pytest
 from synedre.spawn.workspace import (
     WorkspaceError,
     close_workspace,
+    collect,
     commits_since,
     committed_paths,
     merge_back,
@@ -50,15 +52,29 @@ def repo(tmp_path: Path) -> Path:
     return repo
 
 
+@pytest.fixture(autouse=True)
+def _author(monkeypatch):  # a clone has no user.name of its own
+    for k, v in {"GIT_AUTHOR_NAME": "A", "GIT_AUTHOR_EMAIL": "a@x", "GIT_COMMITTER_NAME": "A",
+                 "GIT_COMMITTER_EMAIL": "a@x"}.items():
+        monkeypatch.setenv(k, v)
+
+
 def open_ws(repo: Path, name: str = "msg-1", **kw):
-    return open_workspace(repo, base_branch="preprod", name=name, **kw)
+    return open_workspace(repo, base_branch="preprod", name=name, root=kw.pop("root", repo.parent / "clones"), **kw)
 
 
-def test_opens_a_worktree_on_a_new_branch_from_preprod(repo):
+def collected(ws):
+    """The branch brought back from the clone, as the stage does after the run."""
+    assert collect(ws) is None
+    return ws
+
+
+def test_opens_a_clone_with_its_own_git_directory_on_a_new_branch_from_preprod(repo):
     ws = open_ws(repo)
-    assert ws.isolated and ws.fallback_reason is None
     assert ws.branch == "synedre/msg-1"
-    assert ws.path == repo.parent / ".synedre-worktrees" / "app" / "msg-1"
+    assert ws.path == repo.parent / "clones" / "app" / "msg-1"
+    assert Path(git(ws.path, "rev-parse", "--path-format=absolute", "--git-common-dir")) == ws.path / ".git"
+    assert git(ws.path, "remote") == "" and git(repo, "worktree", "list").count("\n") == 0
     assert git(ws.path, "rev-parse", "--abbrev-ref", "HEAD") == "synedre/msg-1"
     assert git(ws.path, "rev-parse", "HEAD") == git(repo, "rev-parse", "preprod")
     assert (ws.path / "README").read_text() == "hello\n"
@@ -67,7 +83,7 @@ def test_opens_a_worktree_on_a_new_branch_from_preprod(repo):
 def test_agent_commit_is_merged_back_into_a_clean_trunk(repo):
     ws = open_ws(repo)
     commit(ws.path, "fix.py", "x = 1\n", "fix the thing")
-    result = merge_back(ws)
+    result = merge_back(collected(ws))
     assert result.merged and result.reason == "fast-forward"
     assert [c.split(" ", 1)[1] for c in result.commits] == ["fix the thing"]
     assert git(repo, "log", "-1", "--format=%s", "preprod") == "fix the thing"
@@ -78,7 +94,7 @@ def test_diverged_trunk_gets_a_merge_commit(repo):
     ws = open_ws(repo)
     commit(ws.path, "fix.py", "x = 1\n", "fix the thing")
     commit(repo, "other.py", "y = 2\n", "meanwhile on preprod")
-    result = merge_back(ws)
+    result = merge_back(collected(ws))
     assert result.merged and result.reason == "merge commit"
     assert len(git(repo, "log", "-1", "--format=%P").split()) == 2
     assert (repo / "fix.py").exists() and (repo / "other.py").exists()
@@ -89,7 +105,7 @@ def test_dirty_trunk_is_not_merged_and_the_commit_stays_on_its_branch(repo):
     commit(ws.path, "fix.py", "x = 1\n", "fix the thing")
     (repo / "README").write_text("founder editing by hand\n")
     before = git(repo, "rev-parse", "preprod")
-    result = merge_back(ws)
+    result = merge_back(collected(ws))
     assert not result.merged and "uncommitted changes" in result.reason
     assert git(repo, "rev-parse", "preprod") == before
     assert (repo / "README").read_text() == "founder editing by hand\n"  # never stashed
@@ -102,7 +118,7 @@ def test_conflicting_merge_is_aborted_and_leaves_the_trunk_as_it_was(repo):
     commit(ws.path, "README", "agent\n", "agent edit")
     commit(repo, "README", "founder\n", "founder edit")
     before = git(repo, "rev-parse", "preprod")
-    result = merge_back(ws)
+    result = merge_back(collected(ws))
     assert not result.merged and "CONFLICT" in result.reason
     assert git(repo, "rev-parse", "preprod") == before
     assert git(repo, "status", "--porcelain") == "" and (repo / "README").read_text() == "founder\n"
@@ -112,7 +128,7 @@ def test_trunk_on_another_branch_is_not_merged(repo):
     ws = open_ws(repo)
     commit(ws.path, "fix.py", "x = 1\n", "fix the thing")
     git(repo, "checkout", "-q", "-b", "hotfix")
-    result = merge_back(ws)
+    result = merge_back(collected(ws))
     assert not result.merged and "not on preprod" in result.reason
 
 
@@ -124,7 +140,7 @@ def test_nothing_to_merge_without_an_agent_commit(repo):
 def test_close_removes_a_clean_worktree_and_a_merged_branch(repo):
     ws = open_ws(repo)
     commit(ws.path, "fix.py", "x = 1\n", "fix the thing")
-    assert merge_back(ws).merged
+    assert merge_back(collected(ws)).merged
     assert close_workspace(ws) is True
     assert not ws.path.exists()
     assert git(repo, "branch", "--list", "synedre/msg-1") == ""
@@ -133,82 +149,62 @@ def test_close_removes_a_clean_worktree_and_a_merged_branch(repo):
 def test_close_keeps_an_unmerged_branch(repo):
     ws = open_ws(repo)
     commit(ws.path, "fix.py", "x = 1\n", "fix the thing")
-    assert close_workspace(ws) is True
+    assert close_workspace(collected(ws)) is True
     assert not ws.path.exists()
     assert git(repo, "log", "-1", "--format=%s", "synedre/msg-1") == "fix the thing"
 
 
 @pytest.mark.parametrize("change", ["untracked", "modified"])
-def test_close_keeps_a_dirty_worktree(repo, change):
+def test_close_keeps_a_dirty_clone(repo, change):
     ws = open_ws(repo)
     if change == "untracked":
         (ws.path / "notes.md").write_text("work in progress\n")
     else:
         (ws.path / "README").write_text("edited\n")
     assert close_workspace(ws) is False
-    assert ws.path.exists()
-    assert git(repo, "branch", "--list", "synedre/msg-1")
+    assert ws.path.exists() and git(ws.path, "status", "--porcelain")
 
 
-def test_disabled_runs_on_the_trunk(repo):
-    ws = open_ws(repo, disabled=True)
-    assert not ws.isolated and ws.path == repo and ws.branch is None
-    assert "disabled" in ws.fallback_reason
-    assert not (repo.parent / ".synedre-worktrees").exists()
-    assert close_workspace(ws) is True and repo.exists()
+def test_missing_base_branch_fails_instead_of_falling_back_to_the_trunk(repo):
+    with pytest.raises(WorkspaceError, match="no-such-branch"):
+        open_workspace(repo, base_branch="no-such-branch", name="msg-1", root=repo.parent / "clones")
 
 
-def test_missing_base_branch_falls_back_to_the_trunk(repo):
-    ws = open_workspace(repo, base_branch="no-such-branch", name="msg-1")
-    assert not ws.isolated and ws.path == repo
-    assert "no-such-branch" in ws.fallback_reason
-
-
-def test_unusable_worktree_root_falls_back_to_the_trunk(repo, tmp_path):
+def test_unusable_clone_root_fails_instead_of_falling_back_to_the_trunk(repo, tmp_path):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")  # a file: even root cannot create directories under it
-    ws = open_ws(repo, root=blocker)
-    assert not ws.isolated and ws.path == repo
-    assert ws.fallback_reason.startswith("worktree unavailable")
+    with pytest.raises(WorkspaceError):
+        open_ws(repo, root=blocker)
 
 
-def test_not_a_repository_falls_back_to_the_trunk(tmp_path):
-    ws = open_workspace(tmp_path, base_branch="preprod", name="msg-1")
-    assert not ws.isolated and ws.fallback_reason and ws.base_sha is None
-    assert commits_since(ws) == []
+def test_not_a_repository_fails(tmp_path):
+    with pytest.raises(WorkspaceError):
+        open_workspace(tmp_path, base_branch="preprod", name="msg-1", root=tmp_path / "clones")
 
 
 def test_reopening_a_name_reuses_its_worktree_and_commits(repo):
     ws = open_ws(repo)
     commit(ws.path, "fix.py", "x = 1\n", "first attempt")
     again = open_ws(repo)
-    assert again.isolated and again.path == ws.path
-    assert [c.split(" ", 1)[1] for c in commits_since(again)] == ["first attempt"]
+    assert again.path == ws.path
+    assert [c.split(" ", 1)[1] for c in commits_since(collected(again))] == ["first attempt"]
 
 
 def _age(path: Path, seconds: float) -> None:
-    admin = Path(git(path, "rev-parse", "--absolute-git-dir"))
+    admin = path / ".git"
     then = time.time() - seconds
     for p in (path, admin / "HEAD", admin / "index"):
         os.utime(p, (then, then))
 
 
-def test_prune_stale_removes_old_clean_worktrees_only(repo):
+def test_prune_stale_removes_old_clean_clones_only(repo):
     old_clean, old_dirty, fresh = (open_ws(repo, n) for n in ("old-clean", "old-dirty", "fresh"))
     (old_dirty.path / "wip.txt").write_text("unsaved\n")
     for ws in (old_clean, old_dirty):
         _age(ws.path, 3600)
-    assert prune_stale(repo, older_than_s=600) == [old_clean.path]
+    assert prune_stale(repo.parent / "clones", older_than_s=600) == [old_clean.path]
     assert not old_clean.path.exists()
     assert old_dirty.path.exists() and fresh.path.exists()
-    assert git(repo, "branch", "--list", "synedre/old-clean")  # branches are kept
-
-
-def test_prune_stale_forgets_vanished_worktrees(repo):
-    ws = open_ws(repo)
-    subprocess.run(["rm", "-rf", str(ws.path)], check=True)
-    prune_stale(repo, older_than_s=600)
-    assert str(ws.path) not in git(repo, "worktree", "list")
 
 
 def test_repo_lock_excludes_a_second_holder(repo):
@@ -222,8 +218,8 @@ def test_repo_lock_excludes_a_second_holder(repo):
 
 def _open_in_child(repo: str, name: str, barrier, results) -> None:
     barrier.wait()
-    ws = open_workspace(Path(repo), base_branch="preprod", name=name)
-    results.put((name, ws.isolated, ws.fallback_reason))
+    ws = open_workspace(Path(repo), base_branch="preprod", name=name, root=Path(repo).parent / "clones")
+    results.put((name, ws.path.is_dir()))
 
 
 def test_two_processes_open_workspaces_on_one_repo_at_once(repo):
@@ -236,8 +232,7 @@ def test_two_processes_open_workspaces_on_one_repo_at_once(repo):
     got = sorted(results.get(timeout=45) for _ in procs)
     for p in procs:
         p.join(timeout=10)
-    assert got == [("msg-1", True, None), ("msg-2", True, None)]
-    assert len(git(repo, "worktree", "list").splitlines()) == 3
+    assert got == [("msg-1", True), ("msg-2", True)]
 
 
 def test_salvage_reads_commits_and_a_partial_contract(repo):
@@ -245,7 +240,7 @@ def test_salvage_reads_commits_and_a_partial_contract(repo):
     commit(ws.path, "a.py", "a\n", "step one")
     commit(ws.path, "b.py", "b\n", "step two")
     (ws.path / "contract.json").write_text('{"ok": false, "summary_md": "half')
-    commits = commits_since(ws)
+    commits = commits_since(collected(ws))
     assert [c.split(" ", 1)[1] for c in commits] == ["step one", "step two"]
     assert commits[1].split(" ", 1)[0] == git(ws.path, "rev-parse", "HEAD")
     assert read_partial(ws, "contract.json") == '{"ok": false, "summary_md": "half'
@@ -254,35 +249,21 @@ def test_salvage_reads_commits_and_a_partial_contract(repo):
         read_partial(ws, "../../etc/passwd")
 
 
-def test_salvage_on_the_trunk_sees_commits_made_since_the_start(repo):
-    ws = open_ws(repo, disabled=True)
-    commit(repo, "fix.py", "x\n", "agent commit on trunk")
-    assert [c.split(" ", 1)[1] for c in commits_since(ws)] == ["agent commit on trunk"]
-    assert not merge_back(ws).merged
-
-
 def test_committed_paths_lists_what_the_agent_committed_even_if_removed_later(repo):
     ws = open_ws(repo)
     (ws.path / ".synedre").mkdir()
     commit(ws.path, ".synedre/contract.json", "{}", "with a contract")
     git(ws.path, "rm", "-q", ".synedre/contract.json")
     commit(ws.path, "odd name\twith tab.py", "x\n", "and a strange name")
-    assert committed_paths(ws) == [".synedre/contract.json", "odd name\twith tab.py"]
+    assert committed_paths(collected(ws)) == [".synedre/contract.json", "odd name\twith tab.py"]
     assert committed_paths(open_ws(repo, name="msg-2")) == []
-
-
-def test_committed_paths_on_the_trunk_counts_from_the_start(repo):
-    commit(repo, "before.py", "x\n", "before the launch")
-    ws = open_ws(repo, disabled=True)
-    commit(repo, "after.py", "y\n", "agent commit on trunk")
-    assert committed_paths(ws) == ["after.py"]
 
 
 def test_a_failed_runs_branch_is_kept_with_its_commits_when_not_merged(repo):
     trunk = git(repo, "rev-parse", "preprod")
     ws = open_ws(repo)
     commit(ws.path, "fix.py", "x = 1\n", "unverified work")
-    assert close_workspace(ws)  # no merge_back: the verdict was not a success
+    assert close_workspace(collected(ws))  # no merge_back: the verdict was not a success
     assert git(repo, "rev-parse", "preprod") == trunk and not (repo / "fix.py").exists()
     assert git(repo, "log", "-1", "--format=%s", "synedre/msg-1") == "unverified work"
 
