@@ -158,6 +158,36 @@ def test_on_the_default_configuration_no_indirect_command_reaches_the_trunk_the_
     assert len(api.main_requests()) >= len(commands)
 
 
+def run_on_worker(services, launch_env, tmp_path, model, **overrides):  # noqa: F811
+    """One message launched on its own spawn worker with settings overridden: (mid, api)."""
+    url = services["db"]
+    mid, = make_launchable(url, tmp_path)
+    api, env = launch_env(model)
+    worker = stack.celery_worker({**env, **overrides}, services["logs"], queues="spawn")
+    try:
+        from tasks.app import app
+        app.send_task("synedre.spawn", args=[mid])
+        stack.wait_for(lambda: q(url, "SELECT 1 FROM synedre.launches WHERE message_id = %s AND status <> 'running'",
+                                 mid), 120, "the launch to end", interval=0.5)
+    finally:
+        worker.stop()
+        api.stop()
+    return mid, api
+
+
+def test_a_workspace_that_cannot_be_made_fails_the_launch_audited_and_never_falls_back_to_the_trunk(
+        services, launch_env, repo, tmp_path):  # noqa: F811
+    before = trunk_state(repo)
+    mid, api = run_on_worker(services, launch_env, tmp_path, ScriptedModel([[text("never asked")]]),
+                             SYNEDRE_WORKSPACE_BASE_BRANCH="no-such-branch")
+    url = services["db"]
+    (status, reason, salvage), = q(url, "SELECT status, stop_reason, salvage FROM synedre.launches")
+    assert (status, reason) == ("failed", "workspace_unavailable") and "no-such-branch" in salvage["error"]
+    assert api.requests == [] and trunk_state(repo) == before
+    assert q(url, "SELECT status FROM synedre.email_states WHERE message_id = %s", mid) == [("spawn_failed",)]
+    assert ("workspace_unavailable",) in q(url, "SELECT event FROM synedre.audit_log WHERE message_id = %s", mid)
+
+
 def test_with_bwrap_missing_from_the_path_the_launch_ends_sandbox_unavailable_and_no_agent_starts(
         services, launch_env, repo, tmp_path):  # noqa: F811
     bin_dir = tmp_path / "bin"
@@ -171,19 +201,9 @@ def test_with_bwrap_missing_from_the_path_the_launch_ends_sandbox_unavailable_an
     fake_claude = tmp_path / "claude-wrapper"
     fake_claude.write_text(f"#!/bin/sh\ntouch {started}\nexec {shutil.which('claude')} \"$@\"\n")
     fake_claude.chmod(0o755)
+    mid, api = run_on_worker(services, launch_env, tmp_path, ScriptedModel([[text("never asked")]]),
+                             PATH=str(bin_dir), SYNEDRE_CLAUDE_BIN=str(fake_claude))
     url = services["db"]
-    mid, = make_launchable(url, tmp_path)
-    api, env = launch_env(ScriptedModel([[text("never asked")]]))
-    env = {**env, "PATH": str(bin_dir), "SYNEDRE_CLAUDE_BIN": str(fake_claude)}
-    worker = stack.celery_worker(env, services["logs"], queues="spawn")
-    try:
-        from tasks.app import app
-        app.send_task("synedre.spawn", args=[mid])
-        stack.wait_for(lambda: q(url, "SELECT 1 FROM synedre.launches WHERE message_id = %s AND status <> 'running'",
-                                 mid), 120, "the launch to end", interval=0.5)
-    finally:
-        worker.stop()
-        api.stop()
     (status, reason, salvage), = q(url, "SELECT status, stop_reason, salvage FROM synedre.launches")
     assert (status, reason) == ("sandbox_unavailable", "sandbox_unavailable")
     assert "bwrap" in salvage["error"]
