@@ -330,3 +330,20 @@ def test_as_a_non_root_fleet_the_sandbox_alone_keeps_the_agent_off_its_own_trunk
         f"git -C {trunk} commit --allow-empty -m x"][0]  # the sandbox's refusal, not the file modes
     assert [d["tool_input"]["file_path"] for d in outcome.result.permission_denials] == [
         str(trunk / ".git" / "hooks" / "post-checkout"), str(outside)]
+
+
+def test_synedre_status_says_who_the_agent_runs_as_and_warns_about_the_root_opt_out(tmp_path, monkeypatch):
+    from synedre import health
+    from synedre.config import Settings
+
+    default = health.check_agent_sandbox(Settings(state_dir=tmp_path))
+    assert default.ok and "sandboxed" in default.detail
+    if os.geteuid() == 0:
+        assert "runs as synedre-agent" in default.detail
+        opted_out = health.check_agent_sandbox(Settings(state_dir=tmp_path, agent_as_root=True))
+        assert not opted_out.ok and "WARNING SYNEDRE_AGENT_AS_ROOT" in opted_out.detail
+        missing = health.check_agent_sandbox(Settings(state_dir=tmp_path, agent_user="no-such-user"))
+        assert not missing.ok and "no-such-user" in missing.detail
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap, no socat
+    broken = health.check_agent_sandbox(Settings(state_dir=tmp_path))
+    assert not broken.ok and "sandbox unavailable" in broken.detail and "bwrap" in broken.detail
