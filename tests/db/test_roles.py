@@ -58,6 +58,25 @@ def agent_psql(s: Settings, sql: str, user: str | None = None) -> subprocess.Com
                           text=True, timeout=30)
 
 
+def state_of(url: str, mid: int) -> str:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s", (mid,)).fetchone()[0]
+
+
+def test_the_fleet_connects_as_the_application_role_and_runs_stage_sql(embedded):
+    s, url = embedded
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT current_user, usesuper FROM pg_user WHERE usename = current_user"
+                            ).fetchone() == ("synedre_app", False)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):  # never DDL
+            conn.execute("CREATE TABLE synedre.nope (id int)")
+    mid = insert_message(url)
+    assert state_of(url, mid) == "spawning"
+    assert db.admin_url(url, s) != url  # migrations go through the superuser
+    with psycopg.connect(db.admin_url(url, s)) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == ("postgres",)
+
+
 @pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed (scripts/system-deps)")
 def test_the_agent_role_is_refused_the_state_row_and_the_raw_messages(embedded):
     s, url = embedded
