@@ -1,16 +1,18 @@
 """100,000 stream events persisted the runner's way, next to a raw COPY of the same rows.
 
 The redacted path is synedre/spawn/runner.py's own, driven directly: the NDJSON bytes of
-the stream, in reads of `runner.READ_SIZE`, go through `_Stream` (`LineReader`, then
-`Redactor.redact_obj` and `parse_event` on each event), whose `_EventWriter` hands the
-batches to a writer thread calling `launches.add_events` in one transaction per call, as
-synedre/spawn/stage.py's `persist` does. Its rate runs from the first read to the last row
-committed. The NDJSON copy the runner also writes is left out (`ndjson=None`): only the
-redaction and the database are measured.
+the stream, in reads of `runner.READ_SIZE`, go through `_Stream` (`LineReader`; each delta
+stripped to its length; each message's events held until it ends, its text blocks
+redacted joined as well; then `Redactor.redact_obj` and `parse_event` on each event),
+whose `_EventWriter` hands the batches to a writer thread calling `launches.add_events` in
+one transaction per call, as synedre/spawn/stage.py's `persist` does. Its rate runs from
+the first read to the last row committed. The NDJSON copy the runner also writes is left
+out (`ndjson=None`): only the redaction and the database are measured.
 
-The baseline is a `COPY ... FROM STDIN` of the same rows (raw payloads, types worked out
-beforehand) into launch_events for another launch, in one transaction: the database's own
-ingestion rate in this run. Target: the redacted rate at least half of it.
+The baseline is a `COPY ... FROM STDIN` of the same rows (raw payloads, deltas with their
+text, types worked out beforehand) into launch_events for another launch, in one
+transaction: the database's own ingestion rate in this run. Target: the redacted rate at
+least half of it.
 
 The reader's maximum gap is the longest interval between two successive reads of the
 reader loop while persistence runs (what a pty read would wait: that read's redaction
@@ -18,9 +20,10 @@ plus any time `add` or the writer thread's hold on the interpreter took); the lo
 `add` call alone is printed beside it.
 
 The events are a realistic coding session (tests/orchestrate/transcripts.py: partial
-messages, tool calls, long outputs; about 530 bytes an event), with secrets in some tool
-outputs, repeated to 100,000. Only an embedded PostgreSQL is started (under a temporary
-directory); no Redis.
+messages, tool calls, long outputs; about 530 bytes an event, more than half of the events
+`content_block_delta` partials of 20-90 characters, one assistant event per block as the
+CLI writes them), with secrets in some tool outputs, repeated to 100,000. Only an
+embedded PostgreSQL is started (under a temporary directory); no Redis.
 """
 from __future__ import annotations
 

@@ -252,13 +252,14 @@ class LineReader:
     counted in `skipped`. A line is decoded only once complete, so a UTF-8 character
     split across reads is intact (0x0A never occurs inside a multi-byte sequence). A line
     over `max_line` bytes is dropped up to its newline and counted in `oversized`, never
-    buffered without bound.
+    buffered without bound. `closed` is set by `close`: the stream has ended.
     """
 
     def __init__(self, max_line: int = MAX_LINE_BYTES):
         self.max_line = max_line
         self.skipped = 0
         self.oversized = 0
+        self.closed = False
         self._chunks: list[bytes] = []  # joined once per line: no quadratic concatenation
         self._size = 0
         self._dropping = False
@@ -275,6 +276,7 @@ class LineReader:
 
     def close(self) -> list[dict[str, Any]]:
         """Flush the final line the process wrote without a newline before exiting."""
+        self.closed = True
         out: list[dict[str, Any]] = []
         self._end_line(out)
         return out
