@@ -111,13 +111,17 @@ def add_events(conn: Conn, c: Claim, first_seq: int,
     batch = list(events)
     if not batch:
         return first_seq
-    types, subtypes, tools, payloads = (list(col) for col in zip(*batch, strict=True))
-    conn.execute(
-        """INSERT INTO synedre.launch_events (launch_id, seq, event_type, subtype, tool_name, payload)
-           SELECT %s, %s + n - 1, t, st, tn, p::jsonb
-             FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS u(t, st, tn, p, n)
-           ON CONFLICT DO NOTHING""",
-        (c.launch_id, first_seq, types, subtypes, tools, [json.dumps(p) for p in payloads]))
+    # COPY into a per-transaction staging table (psycopg's copy is C-accelerated; the
+    # arrays of one unnest statement were adapted in Python), then one INSERT from it.
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS launch_events_in (LIKE synedre.launch_events"
+                 " INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
+    with conn.cursor().copy("COPY launch_events_in (launch_id, seq, event_type, subtype, tool_name, payload)"
+                            " FROM STDIN") as copy:
+        for n, (t, st, tn, p) in enumerate(batch):
+            copy.write_row((c.launch_id, first_seq + n, t, st, tn, json.dumps(p)))
+    conn.execute("INSERT INTO synedre.launch_events (launch_id, seq, event_type, subtype, tool_name, payload)"
+                 " SELECT launch_id, seq, event_type, subtype, tool_name, payload FROM launch_events_in"
+                 " ON CONFLICT DO NOTHING")
     return first_seq + len(batch)
 
 

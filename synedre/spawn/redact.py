@@ -59,6 +59,7 @@ MIN_SECRET_LEN = 6
 MAX_REMEMBERED = 1000  # values learned in one launch; configured secrets are not counted
 MAX_REMEMBERED_LEN = 256  # longer values (key blocks) are caught again by their shape
 AWS_SECRET_LEN = 40
+CLEAN_CACHE_LEN, CLEAN_CACHE_SIZE = 256, 100_000  # strings up to this long, this many at most
 
 T = TypeVar("T")
 
@@ -446,6 +447,9 @@ class Redactor:
         self._exact: _Exact | None = None
         self._stale = True
         self._learned = False  # set when a value was remembered during the current call
+        # Short strings the passes left as they were, for the current exact set: a stream
+        # repeats them (keys, types, ids) in every event. Emptied whenever the set changes.
+        self._clean: set[str] = set()
 
     @property
     def remembered(self) -> int:
@@ -457,6 +461,7 @@ class Redactor:
         if self._stale:
             self._exact = _Exact(self._words) if self._words else None
             self._stale = False
+            self._clean.clear()
 
     def _remember(self, value: str, kind: str) -> None:
         if len(value) < MIN_SECRET_LEN or (value, kind) in self._seen:  # decodings are never longer
@@ -529,11 +534,15 @@ class Redactor:
         return self._learned
 
     def _text(self, s: str) -> str:
-        s = self._rules(self._exact_pass(s))
-        for value in _bare_aws_secrets(s):
+        if s in self._clean:
+            return s
+        out = self._rules(self._exact_pass(s))
+        for value in _bare_aws_secrets(out):
             self._remember(value, "aws_secret_key")
-            s = s.replace(value, "[REDACTED:aws_secret_key]")
-        return s
+            out = out.replace(value, "[REDACTED:aws_secret_key]")
+        if out == s and len(s) <= CLEAN_CACHE_LEN and len(self._clean) < CLEAN_CACHE_SIZE:
+            self._clean.add(s)  # nothing hidden, so nothing learned from it
+        return out
 
     def redact_text(self, s: str) -> str:
         self._begin()
@@ -546,10 +555,13 @@ class Redactor:
         if isinstance(obj, dict):
             out = {}
             for k, v in obj.items():
-                name = self._text(k) if isinstance(k, str) else k
-                if isinstance(k, str) and isinstance(v, str) and v and _KEY_NAME.search(k):
+                if not isinstance(k, str):
+                    out[k] = self._obj(v)
+                    continue
+                name, (secret_key, hint_key) = self._text(k), _key_kind(k)
+                if secret_key and isinstance(v, str) and v:
                     out[name] = self._hide("json_secret", v)
-                elif isinstance(k, str) and isinstance(v, str) and _HINT_NAME.search(k) and _hint_value(v):
+                elif hint_key and isinstance(v, str) and _hint_value(v):
                     out[name] = self._hide("entropy_secret", v)
                 else:
                     out[name] = self._obj(v)
@@ -587,6 +599,12 @@ _KEY_NAME = re.compile(r"(?i:key|secret|token|passw(?:or)?d|passphrase|pwd|auth(
 # thinking blocks carry one, random and public.
 _hint_value = _looks_random(12)
 _HINT_NAME = re.compile(r"(?i:salt|hmac|nonce|seed|cred|otp|dsn|sas|webhook|cipher|encrypt|signing|master)")
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_kind(k: str) -> tuple[bool, bool]:
+    """Whether a JSON key's name looks secret, or secret-ish (a stream repeats its keys)."""
+    return bool(_KEY_NAME.search(k)), bool(_HINT_NAME.search(k))
 
 
 _KNOWN_MARKERS = frozenset(f"[REDACTED:{k}]" for k in KINDS)
