@@ -6,7 +6,7 @@ sees every worker on every machine, and nothing is kept in the workers:
 - `synedre_messages{status}`: messages per status, every status, zero included;
 - `synedre_queue_depth{queue}`: tasks waiting per stage queue, consumer or not;
 - `synedre_spawn_paused`, `synedre_launch_slots_*`: the kill switch and the launch semaphore;
-- `synedre_launches{status}`: launches by outcome (running, succeeded, failed);
+- `synedre_launches{status}`: launches by outcome (running, succeeded, failed, sandbox_unavailable, merge_failed);
 - `synedre_spend_today_usd` against `synedre_daily_spend_cap_usd` (the view
   `synedre.spend_today` the cap reads: launches and agent asks, UTC day);
 - `synedre_stage_duration_seconds{stage}`: a histogram of the time from a stage's claim
@@ -38,7 +38,7 @@ DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 9808
 # From a clean scan (tens of ms) to an OCR or a classification retried for minutes.
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 2400.0)
-LAUNCH_STATUSES = ("running", "succeeded", "failed")
+LAUNCH_STATUSES = ("running", "succeeded", "failed", "sandbox_unavailable", "merge_failed")
 # Stages that claim a message, hence write a duration (poll creates messages, claims none).
 TIMED_STAGES = tuple(s.name for s in STAGES if s.entry)
 # An audit id skipped by a scrape may belong to a transaction not yet committed (ids are

@@ -99,7 +99,8 @@ def test_scraped_during_a_50_message_drain_counts_move_and_stage_histograms_fill
     statuses = by(before["synedre_messages"], "status")
     assert set(statuses) == {str(s) for s in Status} and sum(statuses.values()) == 0
     assert set(by(before["synedre_queue_depth"], "queue")) == set(queues())
-    assert by(before["synedre_launches"], "status") == {"running": 0, "succeeded": 0, "failed": 0}
+    assert by(before["synedre_launches"], "status") == {"running": 0, "succeeded": 0, "failed": 0,
+                                                        "sandbox_unavailable": 0, "merge_failed": 0}
     assert before["synedre_spend_today_usd"][()] == 0
     assert before["synedre_daily_spend_cap_usd"][()] > 0
     assert before["synedre_spawn_paused"][()] == 0
