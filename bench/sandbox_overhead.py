@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from synedre.log import configure  # noqa: E402
 from synedre.spawn import runner, sandbox, tools  # noqa: E402
 from synedre.spawn.redact import Redactor  # noqa: E402
 from tests.services.claude_api import ScriptedModel, bash, start_claude_api, text  # noqa: E402
@@ -79,6 +80,7 @@ def one_launch(top: Path, sandboxed: bool) -> float:
 def main() -> None:
     if shutil.which("claude") is None or shutil.which("bwrap") is None:
         sys.exit("needs the claude CLI and bubblewrap (scripts/system-deps)")
+    configure("console", "WARNING")  # the runner's line per launch would bury the result
     times: dict[bool, list[float]] = {False: [], True: []}
     with tempfile.TemporaryDirectory(prefix="sandbox-bench-") as tmp:
         one_launch(Path(tmp) / "warmup", True)  # the first start of the CLI warms the page cache
