@@ -158,8 +158,9 @@ def test_on_the_default_configuration_no_indirect_command_reaches_the_trunk_the_
     assert len(api.main_requests()) >= len(commands)
 
 
-def run_on_worker(services, launch_env, tmp_path, model, **overrides):  # noqa: F811
-    """One message launched on its own spawn worker with settings overridden: (mid, api)."""
+def run_on_worker(services, launch_env, tmp_path, model, until=None, **overrides):  # noqa: F811
+    """One message launched on its own spawn worker with settings overridden: (mid, api).
+    `until(mid)`: what else to wait for before the worker is stopped (its task's hand-off)."""
     url = services["db"]
     mid, = make_launchable(url, tmp_path)
     api, env = launch_env(model)
@@ -169,6 +170,8 @@ def run_on_worker(services, launch_env, tmp_path, model, **overrides):  # noqa: 
         app.send_task("synedre.spawn", args=[mid])
         stack.wait_for(lambda: q(url, "SELECT 1 FROM synedre.launches WHERE message_id = %s AND status <> 'running'",
                                  mid), 120, "the launch to end", interval=0.5)
+        if until is not None:
+            stack.wait_for(lambda: until(mid), 30, "the launch's hand-off", interval=0.2)
     finally:
         worker.stop()
         api.stop()
@@ -219,10 +222,14 @@ def test_a_successful_run_whose_merge_fails_ends_merge_failed_with_an_alert_and_
     model = ScriptedModel([[bash(f"printf '%s' '{CONTRACT}' > \"$SYNEDRE_CONTRACT_PATH\"")],
                            [bash("echo fix > fix.txt && git add -A && git commit -qm 'agent fix'")]])
     r = redis.Redis.from_url(stack.TEST_REDIS_URL)
-    r.delete("recap")
 
-    mid, (status, reason, branch, salvage, _, _), _ = launch_one(services, launch_env, tmp_path, model)
+    def alert_queued(mid: int) -> bool:  # the founder's alert is on its way (no recap worker runs here)
+        return any(m["headers"]["task"] == "synedre.alert" and m["headers"]["argsrepr"] == f"[{mid}]"
+                   for m in map(json.loads, r.lrange("recap", 0, -1)))
 
+    mid, _ = run_on_worker(services, launch_env, tmp_path, model, until=alert_queued)
+    (status, reason, branch, salvage), = q(services["db"], "SELECT status, stop_reason, branch, salvage"
+                                                            " FROM synedre.launches WHERE message_id = %s", mid)
     assert (status, reason) == ("merge_failed", "merge_failed")
     assert salvage["merge"] == "trunk has uncommitted changes" and len(salvage["commits"]) == 1
     assert trunk_state(repo) == {**before, "refs": trunk_state(repo)["refs"]}  # the trunk's content as it was
@@ -231,9 +238,6 @@ def test_a_successful_run_whose_merge_fails_ends_merge_failed_with_an_alert_and_
     url = services["db"]
     assert q(url, "SELECT status FROM synedre.email_states WHERE message_id = %s", mid) == [("merge_failed",)]
     assert ("merge_failed",) in q(url, "SELECT event FROM synedre.audit_log WHERE message_id = %s", mid)
-    queued = [json.loads(m) for m in r.lrange("recap", 0, -1)]
-    assert any(m["headers"]["task"] == "synedre.alert" and m["headers"]["argsrepr"] == f"[{mid}]"
-               for m in queued), queued  # the founder's alert is on its way
     out = subprocess.run([sys.executable, "-m", "synedre.cli", "launches"], env={**services["env"], "COLUMNS": "200"},
                          capture_output=True, text=True, timeout=60, cwd=stack.ROOT, check=True).stdout
     assert "merge_failed" in out
