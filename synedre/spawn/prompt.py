@@ -20,7 +20,7 @@ from synedre import ROOT
 from synedre.spawn import tools
 
 VERSION = "v2"
-# The contract lives in the launch's private directory, outside the worktree, so that no
+# The contract lives in the launch's own directory, outside the clone, so that no
 # `git add -A` can commit it and no merge can carry it to the next launch (SPEC §8).
 CONTRACT_NAME = "synedre-contract.json"
 LEGACY_CONTRACT_DIR = ".synedre"  # where v1 prompts had it, inside the repository

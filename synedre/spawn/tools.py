@@ -9,8 +9,8 @@ available built-in tools, which is what takes the others away (see `runner.build
 and reported in the result's `permission_denials`, which makes the run a failure
 (`stage.succeeded`). The rules match a command's prefix, compound commands included
 (`git status && git stash` is refused), but not a command hidden behind another program
-(`sh -c 'git stash'`, `git -C . stash`): the deny list keeps an agent in its lane, it is
-not a sandbox.
+(`sh -c 'git stash'`, `git -C . stash`): the deny list keeps an agent in its lane; what
+bounds it is the sandbox (synedre/spawn/sandbox.py, tests/spawn/test_sandbox.py).
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ DEFAULT_TOOLS: dict[str, tuple[str, ...]] = {
 KNOWN_TOOLS: tuple[str, ...] = tuple(dict.fromkeys(t for tools in DEFAULT_TOOLS.values() for t in tools))
 
 # Always denied, whatever the configuration. Git commands that hide, rewrite or publish work
-# (the trunk's stash is shared by every worktree; the pipeline, not the agent, merges and
-# deploys), then everything that reaches the network.
+# (the pipeline, not the agent, merges and deploys), then everything that reaches the
+# network. A first filter only: the sandbox (synedre/spawn/sandbox.py) is the boundary.
 DENIED_GIT = ("Bash(git stash:*)", "Bash(git push:*)", "Bash(git remote:*)", "Bash(git reset --hard:*)",
               "Bash(git fetch:*)", "Bash(git pull:*)", "Bash(git clone:*)", "Bash(git worktree:*)")
 DENIED_NETWORK = ("WebFetch", "WebSearch", "Bash(curl:*)", "Bash(wget:*)", "Bash(ssh:*)", "Bash(scp:*)",

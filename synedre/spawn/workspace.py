@@ -115,8 +115,8 @@ def _dirty(path: Path, as_user: RunAs | None = None, clone: bool = False) -> boo
 def repo_lock(repo: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """Serialise git operations on one repository across processes and threads.
 
-    A file lock (flock on `<git dir>/synedre.lock`) rather than a Redis lock: worktrees
-    live on the same host as the repository's working tree, so the host's kernel is the
+    A file lock (flock on `<git dir>/synedre.lock`) rather than a Redis lock: clones are
+    made on the same host as the repository's working tree, so the host's kernel is the
     right arbiter, and it releases the lock when a holder dies (no TTL to tune). git's
     own `index.lock`/ref locks make a concurrent command fail instead of waiting.
     Raises `WorkspaceError` after `timeout_s`.
