@@ -256,18 +256,25 @@ def span(text: str, secret: str) -> tuple[int, int]:
     return at, at + len(secret)
 
 
+def cut_in_two_everywhere(length, feed, ndjson):
+    """Every SHAPES secret's text, fed cut in two at every offset: (leaks, runs not kept
+    intact). `length(text)` is how long the cut piece is, `feed(text, offsets)` the events."""
+    found, broken = [], []
+    for sid, text, secret, _ in SHAPES:
+        for offsets in offsets_2(length(text)):
+            fed = feed(text, offsets)
+            stored = store_events(fed, ndjson)
+            found += [(sid, offsets, where) for where in leaks(secret, stored)]
+            broken += [] if intact(stored, fed) else [(sid, offsets)]
+    return found, broken
+
+
 # --- (a) text and thinking deltas -----------------------------------------------------------
 
 @pytest.mark.timeout(120)
 def test_a_secret_cut_in_two_deltas_at_any_offset_is_stored_in_no_form(ndjson):
     kind = "text"  # thinking deltas: the three-cut test (the same path, another key)
-    found, broken = [], []
-    for sid, text, secret, _ in SHAPES:
-        for offsets in offsets_2(len(text)):
-            fed = in_deltas(kind, text, offsets)
-            stored = store_events(fed, ndjson)
-            found += [(sid, offsets, where) for where in leaks(secret, stored)]
-            broken += [] if intact(stored, fed) else [(sid, offsets)]
+    found, broken = cut_in_two_everywhere(len, lambda text, offsets: in_deltas(kind, text, offsets), ndjson)
     assert found == []
     assert broken == []
 
@@ -286,14 +293,7 @@ def test_a_secret_cut_in_three_deltas_is_stored_in_no_form(shape, kind, data, nd
 
 @pytest.mark.timeout(120)
 def test_a_secret_cut_in_two_partial_json_deltas_at_any_offset_is_stored_in_no_form(ndjson):
-    found, broken = [], []
-    for sid, text, secret, _ in SHAPES:
-        body = json.dumps({"command": text})
-        for offsets in offsets_2(len(body)):
-            fed = in_partial_json(text, offsets)
-            stored = store_events(fed, ndjson)
-            found += [(sid, offsets, where) for where in leaks(secret, stored)]
-            broken += [] if intact(stored, fed) else [(sid, offsets)]
+    found, broken = cut_in_two_everywhere(lambda text: len(json.dumps({"command": text})), in_partial_json, ndjson)
     assert found == []
     assert broken == []
 
@@ -318,13 +318,8 @@ TWO = [layout for layout in LAYOUTS if layout[1] == "text"]  # thinking: the thr
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("layout,kind", TWO, ids=[layout for layout, _ in TWO])
 def test_a_secret_cut_in_two_content_blocks_at_any_offset_is_stored_in_no_form(layout, kind, ndjson):
-    found, broken = [], []
-    for sid, text, secret, _ in SHAPES:
-        for offsets in offsets_2(len(text)):
-            fed = in_blocks(layout, kind, text, offsets)
-            stored = store_events(fed, ndjson)
-            found += [(sid, offsets, where) for where in leaks(secret, stored)]
-            broken += [] if intact(stored, fed) else [(sid, offsets)]
+    found, broken = cut_in_two_everywhere(len, lambda text, offsets: in_blocks(layout, kind, text, offsets),
+                                          ndjson)
     assert found == []
     assert broken == []
 
