@@ -10,14 +10,12 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from synedre import db as synedre_db
-from synedre.config import get_settings
 from synedre.mail import outbound
 from synedre.mail.outbound import MailNotSent, Outcome, Status, build, send_to_founder
-from tests.services.smtp import SmtpSink, start_smtp
+from tests.mail.fixtures import ATLAS, FOUNDER, insert_founder, use_atlas_mailbox
+from tests.services.smtp import start_smtp
 
-FOUNDER = "julien@atelier-moreau.fr"
 FOUNDER_OTHER = "julien.moreau@gmail.com"
-ATLAS = "atlas@atelier-moreau.fr"
 CLIENT = "contact@boulangerie-dupont.fr"
 ORIGINAL = "<fwd-42@atelier-moreau.fr>"
 CHAIN = "<client-1@boulangerie-dupont.fr> <client-2@boulangerie-dupont.fr>"
@@ -99,25 +97,13 @@ def smtp():
     sink.stop()
 
 
-def _registry(tmp_path: Path, dovecot, sink: SmtpSink, monkeypatch) -> None:
-    path = tmp_path / "mailboxes.toml"
-    path.write_text(
-        f'[mailboxes.atlas]\nimap_host = "{dovecot.host}"\nimap_port = {dovecot.port}\nimap_tls = false\n'
-        f'smtp_host = "{sink.host}"\nsmtp_port = {sink.port}\nsmtp_tls = false\n'
-        f'username = "{dovecot.username}"\npassword_env = "TEST_ATLAS_PASSWORD"\nfolder = "INBOX"\n')
-    monkeypatch.setenv("SYNEDRE_MAILBOXES_FILE", str(path))
-    monkeypatch.setenv("TEST_ATLAS_PASSWORD", dovecot.password)
-    get_settings.cache_clear()
-
-
 @pytest.fixture
 def mail(db, dovecot, smtp, tmp_path, monkeypatch):
     """A founder, one stored message (a forward in a client thread), the registry's atlas
     mailbox on Dovecot with its SMTP on aiosmtpd."""
-    _registry(tmp_path, dovecot, smtp, monkeypatch)
+    use_atlas_mailbox(tmp_path, dovecot, smtp, monkeypatch)
     with psycopg.connect(db) as conn:
-        conn.execute("INSERT INTO synedre.founder (id, name, emails, domain, atlas_address) "
-                     "VALUES (1, 'Julien Moreau', %s, 'atelier-moreau.fr', %s)", ([FOUNDER, FOUNDER_OTHER], ATLAS))
+        insert_founder(conn, [FOUNDER, FOUNDER_OTHER])
         raw = f"From: {FOUNDER}\r\nMessage-ID: {ORIGINAL}\r\nReferences: {CHAIN}\r\n\r\nFwd\r\n".encode()
         (mid,) = conn.execute(
             "INSERT INTO synedre.raw_messages (mailbox, uidvalidity, uid, message_id, envelope_from, subject,"
@@ -306,7 +292,7 @@ def test_smtp_login_uses_the_mailbox_secret_and_logs_no_body_secret_or_address(
         db, dovecot, tmp_path, monkeypatch, mail, capsys):
     sink = start_smtp(credentials=(dovecot.username, dovecot.password))
     try:
-        _registry(tmp_path, dovecot, sink, monkeypatch)
+        use_atlas_mailbox(tmp_path, dovecot, sink, monkeypatch)
         assert _send(mail).outcome is Outcome.SENT
         assert sink.logins == [(dovecot.username, True)]
         (got,) = sink.wait_for(1)

@@ -19,6 +19,7 @@ from synedre.report.calibration import (
     collect,
     render,
 )
+from tests.mail.fixtures import FOUNDER, insert_founder, use_atlas_mailbox
 
 NOW = datetime(2025, 6, 30, 12, 0, tzinfo=UTC)
 RECENT = timedelta(days=2)
@@ -376,28 +377,15 @@ def test_the_report_is_scheduled_on_the_first_of_each_month_on_the_recap_queue()
     assert "synedre.report_calibration" in app.tasks
 
 
-FOUNDER = "julien@atelier-moreau.fr"
-ATLAS = "atlas@atelier-moreau.fr"
-
-
 @pytest.fixture
 def mailed(db, dovecot, tmp_path, monkeypatch):
     """A founder, and the registry's atlas mailbox on Dovecot with its SMTP on aiosmtpd."""
-    from synedre.config import get_settings
     from tests.services.smtp import start_smtp
 
     sink = start_smtp()
-    path = tmp_path / "mailboxes.toml"
-    path.write_text(
-        f'[mailboxes.atlas]\nimap_host = "{dovecot.host}"\nimap_port = {dovecot.port}\nimap_tls = false\n'
-        f'smtp_host = "{sink.host}"\nsmtp_port = {sink.port}\nsmtp_tls = false\n'
-        f'username = "{dovecot.username}"\npassword_env = "TEST_ATLAS_PASSWORD"\nfolder = "INBOX"\n')
-    monkeypatch.setenv("SYNEDRE_MAILBOXES_FILE", str(path))
-    monkeypatch.setenv("TEST_ATLAS_PASSWORD", dovecot.password)
-    get_settings.cache_clear()
+    use_atlas_mailbox(tmp_path, dovecot, sink, monkeypatch)
     with psycopg.connect(db) as conn:
-        conn.execute("INSERT INTO synedre.founder (id, name, emails, domain, atlas_address) "
-                     "VALUES (1, 'Julien Moreau', %s, 'atelier-moreau.fr', %s)", ([FOUNDER], ATLAS))
+        insert_founder(conn, [FOUNDER])
     yield sink
     sink.stop()
 

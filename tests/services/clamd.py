@@ -9,15 +9,14 @@ Debian service itself is never used.
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
-import signal
 import socket
 import subprocess
-import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from tests.services._process import PORT_ATTEMPTS, ServiceProcess, base_dir_or_temp, free_port
 
 CLAMD_BIN = shutil.which("clamd") or "/usr/sbin/clamd"
 
@@ -64,12 +63,6 @@ CommandReadTimeout 10
 """
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _read(path: Path) -> str:
     try:
         return path.read_text(errors="replace")
@@ -95,13 +88,11 @@ def _ping(family: int, address: str | tuple[str, int], timeout: float = 1.0) -> 
 
 
 @dataclass
-class Clamd:
+class Clamd(ServiceProcess):
     socket_path: Path
     tcp_host: str
     tcp_port: int
-    base_dir: Path
-    process: subprocess.Popen | None = field(default=None, repr=False)
-    owns_base_dir: bool = field(default=False, repr=False)
+    stop_grace_s = 10.0
 
     @property
     def tcp_address(self) -> str:
@@ -110,25 +101,6 @@ class Clamd:
     @property
     def log_path(self) -> Path:
         return self.base_dir / "clamd.log"
-
-    def stop(self) -> None:
-        proc, self.process = self.process, None
-        if proc is not None:
-            atexit.unregister(self.stop)
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    pass
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-        if self.owns_base_dir:
-            self.owns_base_dir = False
-            shutil.rmtree(self.base_dir, ignore_errors=True)
 
 
 def _prepare(root: Path, port: int) -> Path:
@@ -144,18 +116,14 @@ def _prepare(root: Path, port: int) -> Path:
 
 def start_clamd(base_dir: Path | None = None, timeout: float = 60.0) -> Clamd:
     """Start clamd in ``base_dir`` (a fresh temp dir, removed on stop, if None)."""
-    owns = base_dir is None
-    root = Path(tempfile.mkdtemp(prefix="clamd-")) if owns else Path(base_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    root = root.resolve()
+    root, owns = base_dir_or_temp(base_dir, "clamd-")
     # AF_UNIX paths are limited to 108 bytes; pytest tmp paths can exceed it.
     if len(str(root / "clamd.sock")) > 100:
         raise RuntimeError(f"clamd base_dir path too long for a Unix socket: {root}")
 
-    # The port is probed then released, so another process may grab it first;
-    # retry with a fresh port if clamd cannot bind.
-    for attempt in range(3):
-        cd = Clamd(root / "clamd.sock", "127.0.0.1", _free_port(), root, None, owns)
+    # Retry on a fresh port if clamd cannot bind the probed one.
+    for attempt in range(PORT_ATTEMPTS):
+        cd = Clamd(root / "clamd.sock", "127.0.0.1", free_port(), base_dir=root, owns_base_dir=owns)
         conf = _prepare(root, cd.tcp_port)
         cd.log_path.unlink(missing_ok=True)  # judge each attempt by its own log
         with open(root / "clamd.stderr", "wb") as err:
@@ -181,10 +149,6 @@ def start_clamd(base_dir: Path | None = None, timeout: float = 60.0) -> Clamd:
             f"exit status: {status}\n--- clamd.log ---\n{_errors_and_tail(cd.log_path)}\n"
             f"--- stderr ---\n{_errors_and_tail(root / 'clamd.stderr')}"
         )
-        cd.owns_base_dir = False  # keep files for the error message
-        cd.stop()
-        if "Address already in use" not in detail or attempt == 2:
-            if owns:
-                shutil.rmtree(root, ignore_errors=True)
-            raise RuntimeError(f"clamd did not answer PING on its Unix socket and TCP port:\n{detail}")
+        error = f"clamd did not answer PING on its Unix socket and TCP port:\n{detail}"
+        cd.stop_failed_start(detail, error, attempt)
     raise AssertionError("unreachable")

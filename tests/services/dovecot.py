@@ -11,15 +11,14 @@ import os
 import pwd
 import re
 import shutil
-import signal
-import socket
 import subprocess
-import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import imapclient
+
+from tests.services._process import PORT_ATTEMPTS, ServiceProcess, base_dir_or_temp, free_port
 
 DOVECOT_BIN = shutil.which("dovecot") or "/usr/sbin/dovecot"
 
@@ -81,12 +80,6 @@ def dovecot_version() -> str:
     return out.stdout.split()[0]
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _user_or(name: str, fallback: str) -> str:
     try:
         pwd.getpwnam(name)
@@ -112,14 +105,12 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 
 @dataclass
-class Dovecot:
+class Dovecot(ServiceProcess):
     host: str
     port: int
     username: str
     password: str
-    base_dir: Path
-    process: subprocess.Popen | None = field(default=None, repr=False)
-    owns_base_dir: bool = field(default=False, repr=False)
+    stop_grace_s = 5.0  # then stop() kills the group, which its imap, auth, log... children share
 
     def client(self) -> imapclient.IMAPClient:
         c = imapclient.IMAPClient(self.host, port=self.port, ssl=False, timeout=10)
@@ -129,26 +120,6 @@ class Dovecot:
     @property
     def log_path(self) -> Path:
         return self.base_dir / "dovecot.log"
-
-    def stop(self) -> None:
-        proc, self.process = self.process, None
-        if proc is not None:
-            atexit.unregister(self.stop)
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
-            # Children (imap, auth, log...) share the session's process group.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-        if self.owns_base_dir:
-            self.owns_base_dir = False
-            shutil.rmtree(self.base_dir, ignore_errors=True)
 
 
 def _launch(root: Path, port: int, username: str, password: str) -> subprocess.Popen:
@@ -196,16 +167,12 @@ def start_dovecot(
     if not re.match(r"2\.3\.", version):
         raise RuntimeError(f"tests/services/dovecot.py supports Dovecot 2.3.x, found {version}")
 
-    owns = base_dir is None
-    root = Path(tempfile.mkdtemp(prefix="dovecot-")) if owns else Path(base_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    root = root.resolve()
+    root, owns = base_dir_or_temp(base_dir, "dovecot-")
     _make_traversable(root)
 
-    # The port is probed then released, so another process may grab it first;
-    # retry with a fresh port if Dovecot cannot bind.
-    for attempt in range(3):
-        dc = Dovecot("127.0.0.1", _free_port(), username, password, root, None, owns)
+    # Retry on a fresh port if Dovecot cannot bind the probed one.
+    for attempt in range(PORT_ATTEMPTS):
+        dc = Dovecot("127.0.0.1", free_port(), username, password, base_dir=root, owns_base_dir=owns)
         dc.process = _launch(root, dc.port, username, password)
         atexit.register(dc.stop)
         deadline = time.monotonic() + timeout
@@ -216,10 +183,5 @@ def start_dovecot(
             except (OSError, imapclient.exceptions.IMAPClientError):
                 time.sleep(0.05)
         detail = f"--- dovecot.log ---\n{_tail(dc.log_path)}\n--- stderr ---\n{_tail(root / 'dovecot.stderr')}"
-        dc.owns_base_dir = False  # keep files for the error message / debugging
-        dc.stop()
-        if "Address already in use" not in detail or attempt == 2:
-            if owns:
-                shutil.rmtree(root, ignore_errors=True)
-            raise RuntimeError(f"Dovecot did not accept a login on port {dc.port}:\n{detail}")
+        dc.stop_failed_start(detail, f"Dovecot did not accept a login on port {dc.port}:\n{detail}", attempt)
     raise AssertionError("unreachable")

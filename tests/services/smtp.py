@@ -7,7 +7,6 @@ writing the mail to its queue would: the client cannot know whether the mail lef
 """
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,6 +16,8 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
+
+from tests.services._process import free_port
 
 
 @dataclass(frozen=True)
@@ -100,18 +101,12 @@ class SmtpSink:
             controller.stop()
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_smtp(credentials: tuple[str, str] | None = None) -> SmtpSink:
     """A started server; with `credentials` it offers AUTH (over plain loopback) and
     refuses any other login."""
     last: Exception | None = None
     for _ in range(3):  # the probed port may be taken before the server binds it
-        sink = SmtpSink("127.0.0.1", _free_port(), credentials)
+        sink = SmtpSink("127.0.0.1", free_port(), credentials)
         kwargs: dict[str, Any] = {}
         if credentials is not None:
             kwargs = {"authenticator": sink._authenticate, "auth_require_tls": False}
