@@ -1,7 +1,7 @@
 # make fleet  - set up and run the whole fleet (needs SYNEDRE_MAILBOXES_FILE, see README)
 # make test   - set up and run the test suite against real services
 # make unit   - only the unit tests: no services, seconds
-# make lint   - ruff and mypy
+# make lint   - ruff, mypy and the import layers (lint-imports, contracts in pyproject.toml)
 # make lock   - re-resolve requirements.lock from pyproject.toml (after changing a dependency)
 PY ?= python3
 VENV := .venv
@@ -35,9 +35,10 @@ test: system venv
 unit: venv
 	$(VENV)/bin/pytest -q -m unit
 
-# Both run even when ruff fails, so one pass shows every finding; the target fails if either does.
+# All run even when one fails, so one pass shows every finding; the target fails if any does.
 lint: venv
-	$(VENV)/bin/ruff check .; ruff=$$?; $(VENV)/bin/mypy synedre && exit $$ruff
+	$(VENV)/bin/ruff check .; ruff=$$?; $(VENV)/bin/mypy synedre; mypy=$$?; \
+	$(VENV)/bin/lint-imports --no-cache && exit $$((ruff || mypy))
 
 lock:
 	test -x $(LOCKVENV)/bin/uv || ($(PY) -m venv $(LOCKVENV) && $(LOCKVENV)/bin/pip install -q uv)

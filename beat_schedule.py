@@ -1,8 +1,8 @@
 """What runs on a clock. Read by `celery beat` through tasks.app (see synedre.celeryconfig)."""
 from celery.schedules import crontab
 
+from synedre import mailboxes
 from synedre.config import get_settings
-from synedre.mail import registry
 from synedre.sweep import SWEEP_EVERY_S
 from tasks.app import app
 
@@ -13,8 +13,8 @@ def schedule() -> dict:
     s = get_settings()
     entries = {}
     try:
-        boxes = registry.load()
-    except registry.RegistryError:
+        boxes = mailboxes.load()
+    except mailboxes.RegistryError:
         boxes = {}
     for box in boxes:
         # The safety net behind IDLE. `expires`: polls queued during an outage are

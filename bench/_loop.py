@@ -66,7 +66,7 @@ def deployed_message(pg_url: str, state_dir: str, site: Site, routes: list[str],
     """A message as the deploy stage leaves it: status `deployed`, a finished launch whose
     contract declares `routes`, and its qa_runs row (deploy_ok) naming the site."""
     from synedre.config import Settings
-    from synedre.ingest.poll import ingest_one
+    from synedre.stages.poll import ingest_one
 
     Path(state_dir).mkdir(parents=True, exist_ok=True)  # the workers' state dir (QA screenshots)
     uidvalidity = next(_UIDVALIDITY)

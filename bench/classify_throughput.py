@@ -140,7 +140,7 @@ class Messages:
 
     def __init__(self, s, count: int):
         from synedre.config import Settings
-        from synedre.ingest.poll import ingest_one
+        from synedre.stages.poll import ingest_one
 
         settings = Settings(state_dir=s["env"]["SYNEDRE_STATE_DIR"])
         # a UIDVALIDITY of each set's own: the same (mailbox, UID) twice is one delivery

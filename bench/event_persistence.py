@@ -1,7 +1,7 @@
 """100,000 stream events persisted the runner's way, next to a raw COPY of the same rows.
 
-The redacted path is synedre/spawn/runner.py's own, driven directly: the NDJSON bytes of
-the stream, in reads of `runner.READ_SIZE`, go through `_Stream` (`LineReader`; each delta
+The redacted path is synedre/spawn/launcher.py's own, driven directly: the NDJSON bytes of
+the stream, in reads of `launcher.READ_SIZE`, go through `_Stream` (`LineReader`; each delta
 stripped to its length; each message's events held until it ends, its text blocks
 redacted joined as well; then `Redactor.redact_obj` and `parse_event` on each event),
 whose `_EventWriter` hands the batches to a writer thread calling `launches.add_events` in
@@ -69,7 +69,7 @@ def new_launch(pg_url: str, state_dir: Path, tag: str):
     """A message with a running launch (attempt 1), as the claim leaves it."""
     from synedre.config import Settings
     from synedre.db.launches import Claim
-    from synedre.ingest.poll import ingest_one
+    from synedre.stages.poll import ingest_one
 
     raw = (stack.CORPUS / "cases" / "P02-client-direct-question.eml").read_bytes()
     raw = raw.replace(b"Message-ID: <", f"Message-ID: <bench-ev-{tag}.".encode(), 1)
@@ -88,8 +88,8 @@ def redacted(pg_url: str, state_dir: Path, data: bytes, tag: str) -> dict:
     parsing; writer: in `add_events` and its commit)."""
     from synedre import db
     from synedre.db import launches
-    from synedre.spawn import runner
-    from synedre.spawn.redact import Redactor
+    from synedre.redact import Redactor
+    from synedre.spawn import launcher
 
     claim = new_launch(pg_url, state_dir, tag)
     seq, calls, writer_busy = [0], [0], [0.0]
@@ -102,9 +102,9 @@ def redacted(pg_url: str, state_dir: Path, data: bytes, tag: str) -> dict:
         calls[0] += 1
         writer_busy[0] += time.perf_counter() - t
 
-    chunks = [data[i:i + runner.READ_SIZE] for i in range(0, len(data), runner.READ_SIZE)]
-    writer = runner._EventWriter(persist)
-    stream = runner._Stream(Redactor(SECRETS), None, writer, None)
+    chunks = [data[i:i + launcher.READ_SIZE] for i in range(0, len(data), launcher.READ_SIZE)]
+    writer = launcher._EventWriter(persist)
+    stream = launcher._Stream(Redactor(SECRETS), None, writer, None)
     add = writer.add
     max_add = [0.0]
 

@@ -1,9 +1,9 @@
 """What the agent's sandbox costs a launch: from launch to the agent's first tool result.
 
 Ten launches with the sandbox and ten without, interleaved so that the machine's noise falls
-on both, each of the real `claude` CLI under the runner's pty (synedre/spawn/runner.py)
+on both, each of the real `claude` CLI under the runner's pty (synedre/spawn/launcher.py)
 against the scripted Messages API (tests/services/claude_api.py), in a fresh clone: the model
-asks for one Bash command at once, and the time is taken from just before `runner.run` to the
+asks for one Bash command at once, and the time is taken from just before `launcher.run` to the
 arrival of the request that carries that command's result. "With" is a launch's own settings
 (synedre/spawn/sandbox.py: bubblewrap, no network, writes confined); "without" is the same
 argv without `--settings`. Each command also tries to write outside its workspace, so a run
@@ -23,9 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from synedre import agent_tools as tools  # noqa: E402
 from synedre.log import configure  # noqa: E402
-from synedre.spawn import runner, sandbox, tools  # noqa: E402
-from synedre.spawn.redact import Redactor  # noqa: E402
+from synedre.redact import Redactor  # noqa: E402
+from synedre.spawn import launcher, sandbox  # noqa: E402
 from tests.services.claude_api import ScriptedModel, bash, start_claude_api, text  # noqa: E402
 from tests.spawn.test_claude_cli_offline import cli_env  # noqa: E402
 
@@ -57,14 +58,14 @@ def one_launch(top: Path, sandboxed: bool) -> float:
                 workspace=ws, contract_dir=out, launch_dir=top, repo=trunk, state_dir=top / "state", domains=[]),
                 None)
         lane = tools.policy("lean")
-        argv = runner.build_argv(shutil.which("claude") or "claude", add_dir=[ws, out], settings=settings,
+        argv = launcher.build_argv(shutil.which("claude") or "claude", add_dir=[ws, out], settings=settings,
                                  prompt="Look at the repository.", system_prompt="Bench.", model="sonnet",
                                  allowed_tools=lane.allowed, disallowed_tools=lane.disallowed)
         env = cli_env(api.url, home)
         if os.geteuid() != 0:
             env.pop("IS_SANDBOX", None)
         t0 = time.monotonic()
-        outcome = runner.run(argv, cwd=ws, env=env, limits=runner.Limits(idle_timeout_s=60, budget_s=90),
+        outcome = launcher.run(argv, cwd=ws, env=env, limits=launcher.Limits(idle_timeout_s=60, budget_s=90),
                              redactor=Redactor(), on_events=lambda batch: None, ndjson_path=None)
         firsts = [r.at for r in api.main_requests() if r.step == 1]
     finally:

@@ -23,6 +23,7 @@ from synedre import ai, incidents
 from synedre.config import Settings, get_settings
 from synedre.db.types import Conn
 from synedre.log import log
+from synedre.pipeline import AskStatus
 from synedre.spawn import persona
 
 FAMILY_RING = {"direction": 1, "cadrage": 2, "execution": 2, "validation": 3}
@@ -172,18 +173,6 @@ def _event(conn: Conn, ask_id: int, event_type: str, raw: dict[str, Any] | None 
                      WHERE ask_id = %s""", (ask_id, event_type, Jsonb(payload), ask_id))
 
 
-def _query_vector(question: str) -> persona.Embed:
-    """The lessons' query vector, computed before any transaction opens."""
-    e = ai.embed("lessons_embedding", [question[:2000]])
-    failure = ai.last_failure() or "no embedding"
-
-    def cached(_query: str) -> persona.Vector | None:
-        if e is None:
-            raise RuntimeError(failure)
-        return persona.Vector(e.vectors[0], f"{e.provider}/{e.model}")
-    return cached
-
-
 @dataclass(frozen=True)
 class _Answer:
     text: str | None  # None: no answer, see `failure`
@@ -208,37 +197,29 @@ def _via_claude(ask_id: int, system: str, question: str, s: Settings,
                 tx: Callable[[], Any]) -> _Answer:
     """A short `claude -p`: a few turns, no tool at all (`--tools ""`: nothing that writes,
     nothing that runs), in an empty private directory, the launch's environment and user."""
-    from synedre.spawn import routing, runner, stage, workspace
+    from synedre import secrets
+    from synedre.spawn import agent, launcher, routing, workspace
 
     try:
-        run_as = stage.agent_user(s)
+        run_as = agent.user(s)
     except (KeyError, ValueError) as exc:  # fail closed: never as root by mistake
         return _Answer(None, failure=f"agent user {s.agent_user!r} unavailable: {exc}")
-    base = workspace.private_dir((s.state_dir / "asks" / str(ask_id)).resolve())
-    if run_as is None:
-        home = workspace.private_dir(base / "home")
-        workspace.private_dir(home / "tmp")
-        cwd = workspace.private_dir(base / "work")
-    else:
-        mine = workspace.traversable_dir(workspace.traversable_dir((s.state_dir / "agent").resolve())
-                                         / f"ask-{ask_id}")
-        home = workspace.agent_dir(mine / "home", run_as)
-        workspace.agent_dir(home / "tmp", run_as)
-        cwd = workspace.agent_dir(mine / "work", run_as)
-    env = {**stage.agent_env(s, 0, home, None, run_as), "SYNEDRE_WORKER_CONTEXT": f"ask:{ask_id}"}
-    argv = runner.build_argv(s.claude_bin, add_dir=cwd, prompt=question,
+    where = agent.dirs(s, f"ask-{ask_id}", run_as)
+    cwd = where.own("work")
+    env = agent.env(s, f"ask:{ask_id}", where.home, None, run_as)
+    argv = launcher.build_argv(s.claude_bin, add_dir=cwd, prompt=question,
                              system_prompt=f"{system}\n\n{ASK_INSTRUCTIONS}", model=routing.DEFAULT_MODEL,
                              max_turns=ASK_MAX_TURNS, allowed_tools=[],
                              max_budget_usd=min(s.max_budget_usd, ASK_MAX_BUDGET_USD))
 
-    def persist(batch: runner.Batch) -> None:
+    def persist(batch: launcher.Batch) -> None:
         with tx() as conn:
             for event, payload in batch:
                 _event(conn, ask_id, f"claude:{event.event_type}", payload)
 
-    limits = runner.Limits(idle_timeout_s=ASK_LIMITS_S[0], hard_timeout_s=ASK_LIMITS_S[1],
+    limits = launcher.Limits(idle_timeout_s=ASK_LIMITS_S[0], hard_timeout_s=ASK_LIMITS_S[1],
                            budget_s=ASK_LIMITS_S[1])
-    outcome = runner.run(argv, cwd=cwd, env=env, limits=limits, redactor=stage.redactor(s),
+    outcome = launcher.run(argv, cwd=cwd, env=env, limits=limits, redactor=secrets.redactor(s),
                          on_events=persist, ndjson_path=None, umask=workspace.PRIVATE_UMASK, run_as=run_as)
     r = outcome.result
     detail = {"stop_reason": outcome.stop_reason, "exit_code": outcome.exit_code,
@@ -263,7 +244,7 @@ def ask(codename: str, question: str, *, via: Via = "facade", settings: Settings
         raise RosterError(f"unknown path {via!r}: facade or claude")
     if not question.strip():
         raise RosterError("an empty question")
-    vector = _query_vector(question)
+    vector = persona.query_vector(question)
     # 1. refuse over the cap, load the persona, open the journal (one short transaction)
     with tx() as conn:
         bundle = persona.load(conn, codename, query=question, embed=vector)
@@ -279,7 +260,8 @@ def ask(codename: str, question: str, *, via: Via = "facade", settings: Settings
                lessons=len(bundle.lessons), lessons_error=bundle.lessons_error)
         refused = over_cap(spent, s)
         if refused:
-            conn.execute("UPDATE synedre.agent_asks SET status = 'refused', error = %s, ended_at = now()"
+            conn.execute(f"UPDATE synedre.agent_asks SET status = '{AskStatus.REFUSED}', error = %s,"
+                         " ended_at = now()"
                          " WHERE id = %s", (refused, ask_id))
             _event(conn, ask_id, "ask_refused", reason=refused)
     if refused:
@@ -291,7 +273,8 @@ def ask(codename: str, question: str, *, via: Via = "facade", settings: Settings
     # 3. the answer, its cost and the events (a second short transaction)
     with tx() as conn:
         if answer.text is None:
-            conn.execute("UPDATE synedre.agent_asks SET status = 'failed', error = %s, ended_at = now()"
+            conn.execute(f"UPDATE synedre.agent_asks SET status = '{AskStatus.FAILED}', error = %s,"
+                         " ended_at = now()"
                          " WHERE id = %s", (answer.failure, ask_id))
             _event(conn, ask_id, "ask_failed", reason=answer.failure, **(answer.detail or {}))
             usd = Decimal(0)
@@ -300,8 +283,8 @@ def ask(codename: str, question: str, *, via: Via = "facade", settings: Settings
             usd = answer.cost_usd if answer.cost_usd is not None else cost(
                 conn, answer.provider, answer.model, answer.input_tokens, answer.output_tokens)
             conn.execute(
-                """UPDATE synedre.agent_asks SET status = 'succeeded', answer = %s, provider = %s, model = %s,
-                          input_tokens = %s, output_tokens = %s, cost_usd = %s, ended_at = now()
+                f"""UPDATE synedre.agent_asks SET status = '{AskStatus.SUCCEEDED}', answer = %s, provider = %s,
+                          model = %s, input_tokens = %s, output_tokens = %s, cost_usd = %s, ended_at = now()
                     WHERE id = %s""",
                 (answer.text, answer.provider, answer.model, answer.input_tokens, answer.output_tokens,
                  usd, ask_id))

@@ -46,3 +46,18 @@ def remove(directory: str | None) -> None:
     """Classification ended: the attachment copies and OCR text go."""
     if directory:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def images(rows: list[dict[str, Any]] | tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    """The attachments OCR reads: clean images."""
+    return [r for r in rows if r["content_type"].startswith("image/") and r["verdict"] == "clean"]
+
+
+def ocr_name(row: dict[str, Any]) -> str:
+    """The private file holding an image's OCR text."""
+    return f"{row['idx']:04d}{OCR_SUFFIX}"
+
+
+def cached_texts(rows: list[dict[str, Any]] | tuple[dict[str, Any], ...], directory: str | None) -> list[str]:
+    """What OCR left for the classifier (never recomputed there: OCR is its own stage's work)."""
+    return [t for row in images(rows) if (t := read_private(directory, ocr_name(row)))]

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from synedre import log as logging_setup
 from synedre.config import get_settings
+from synedre.pipeline import LaunchStatus
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
@@ -247,8 +248,8 @@ def retry(
     reason: str = typer.Option(..., "--reason", help="Why, for the audit"),
 ) -> None:
     """Send messages back to a stage and enqueue them (audited `retry_requested`)."""
-    from synedre import db
-    from synedre.db import messages, pipeline as sql
+    from synedre import db, runner
+    from synedre.db import messages
     from synedre.pipeline import Status
     from tasks.app import enqueue
 
@@ -269,8 +270,8 @@ def retry(
     for mid in ids:
         try:
             with db.transaction() as conn:
-                stage, old = sql.reenter(conn, mid, from_stage, reason=reason, by=by)
-        except sql.RetryRefused as exc:
+                stage, old = runner.reenter(conn, mid, from_stage, reason=reason, by=by)
+        except runner.RetryRefused as exc:
             refused.append((mid, str(exc)))
             continue
         enqueue(stage.name, mid)
@@ -407,7 +408,7 @@ def list_launches(running: bool = typer.Option(False, "--running", help="Only ru
             mid = sql.lookup(conn, message)
             if mid is None:
                 fail(f"no message {message!r}")
-        rows = [r for r in sql.launches_of(conn, mid) if not running or r["status"] == "running"]
+        rows = [r for r in sql.launches_of(conn, mid) if not running or r["status"] == LaunchStatus.RUNNING]
     if as_json:
         sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=1, default=str) + "\n")
         return
@@ -468,7 +469,7 @@ def tail(message: str, follow: bool = typer.Option(True, help="Keep following un
                 continue
             console.print(f"{r['seq']:5d} {r['event_type']}{'/' + r['subtype'] if r['subtype'] else ''}"
                           f"{' ' + r['tool_name'] if r['tool_name'] else ''} {escape(_summary(r['payload']))}")
-        if not follow or (launch is not None and launch["status"] != "running"):
+        if not follow or (launch is not None and launch["status"] != LaunchStatus.RUNNING):
             return
         time.sleep(interval)
 
@@ -491,11 +492,11 @@ def _summary(payload: dict) -> str:
 def poll(mailbox: str = typer.Argument("atlas"),
          wait: bool = typer.Option(False, help="Run here and now instead of enqueueing")) -> None:
     """Ask for a poll of a mailbox (the same task beat and IDLE trigger)."""
-    from synedre.mail import registry
-    from synedre.mail.registry import RegistryError
+    from synedre import mailboxes
+    from synedre.mailboxes import RegistryError
 
     try:
-        registry.get(mailbox)  # an unknown mailbox is refused here, not in a worker
+        mailboxes.get(mailbox)  # an unknown mailbox is refused here, not in a worker
         if wait:
             from tasks.poll import poll as poll_task
             console.print_json(data=poll_task.apply(args=[mailbox]).get())
@@ -511,13 +512,13 @@ def idle() -> None:
     """Watch every registered mailbox with IMAP IDLE and trigger polls (run by the fleet)."""
     import signal
 
+    from synedre import mailboxes
     from synedre.ingest.idle import watch_all
-    from synedre.mail import registry
     from tasks.app import app as celery
 
     try:
-        boxes = list(registry.load().values())
-    except registry.RegistryError as exc:
+        boxes = list(mailboxes.load().values())
+    except mailboxes.RegistryError as exc:
         fail(str(exc), 2)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -563,17 +564,16 @@ def metrics(address: str = typer.Option("127.0.0.1", help="Interface to listen o
 def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to finish on stop"),
           with_flower: bool = typer.Option(False, "--flower", help="Also run Flower (as `synedre flower`)")) -> None:
     """Run everything: migrations, then beat, the workers and the IDLE watcher (and Flower)."""
-    from synedre import db, fleet as fleet_mod, kv
+    from synedre import db, fleet as fleet_mod, kv, mailboxes
     from synedre.db.migrate import MigrationError, upgrade
     from synedre.log import log
-    from synedre.mail import registry
 
     s = get_settings()
     try:
-        boxes = registry.load()
+        boxes = mailboxes.load()
         for box in boxes.values():
             box.password()
-    except registry.RegistryError as exc:
+    except mailboxes.RegistryError as exc:
         fail(str(exc), 2)
     if with_flower and (why := s.flower_auth()[1]):
         fail(f"--flower: {why}: Flower never runs without authentication", 2)

@@ -8,6 +8,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from synedre import ROOT
 
+# The providers whose key a Settings resolves (SYNEDRE_<PROVIDER>_API_KEY or a key file).
+KEYED_PROVIDERS = ("mistral", "openai", "anthropic")
+
 # Well above the longest task (a 2,400 s launch budget plus its iterations), and the
 # same for every process: the shortest value on one Redis database wins (SPEC §12b).
 VISIBILITY_TIMEOUT_S = 12 * 3600
@@ -68,7 +71,7 @@ class Settings(BaseSettings):
     # Comma list of domains the agent's commands may reach through the sandbox's proxy;
     # empty = no network at all (SPEC §8 Sandbox).
     agent_allowed_domains: str = ""
-    # Comma list of the agent's tools to keep, from the built-in lists of synedre.spawn.tools;
+    # Comma list of the agent's tools to keep, from the built-in lists of synedre.agent_tools;
     # unset = all of them. It can only narrow (SPEC §13): another name fails at load.
     agent_tools: str | None = None
     db_timeout_s: float = 10.0
@@ -100,7 +103,7 @@ class Settings(BaseSettings):
     @field_validator("agent_tools")
     @classmethod
     def _agent_tools_only_narrow(cls, v: str | None) -> str | None:
-        from synedre.spawn.tools import configured  # the built-in lists live with the launch
+        from synedre.agent_tools import configured  # the built-in lists live with the launch
 
         configured(v)  # raises ToolsWidened (a ValueError) naming what would widen
         return v
@@ -146,40 +149,6 @@ class Settings(BaseSettings):
             if not (user and sep and password):
                 return None, f"Flower credentials in {where}: entry {n} is not user:password"
         return SecretStr(",".join(pairs)), None
-
-    def secret_values(self) -> list[str]:
-        """Every configured secret value, so streams and error texts can be scrubbed of them:
-        the AI keys, the database and broker passwords (as written in the URL and decoded),
-        each mailbox's password (those whose variable is set; an absent or invalid registry
-        adds none), Flower's credentials, from its variable or its file (each user:pass and its
-        password)."""
-        from urllib.parse import unquote, urlsplit
-
-        from synedre.mail.registry import RegistryError, load  # it imports this module
-
-        values = []
-        for provider in ("mistral", "openai", "anthropic"):
-            key, _ = self.resolve_key(provider)
-            if key is not None:
-                values.append(key.get_secret_value())
-        for url in (self.database_url, self.broker_url):
-            try:
-                password = urlsplit(url or "").password
-            except ValueError:  # an invalid IPv6 host: the URL is unusable anyway
-                password = None
-            if password:
-                values += [password, unquote(password)]
-        if self.mailboxes_file is not None:
-            try:
-                boxes = list(load(self.mailboxes_file).values())
-            except (RegistryError, AttributeError, ValueError):  # ValueError: not UTF-8
-                boxes = []
-            values += [v for box in boxes if (v := secret_from_env(box.password_env))]
-        flower, _ = self.flower_auth()
-        for auth in (self.flower_basic_auth, flower):
-            for pair in auth.get_secret_value().split(",") if auth is not None else ():
-                values += [pair.strip(), pair.partition(":")[2].strip()]
-        return [v for v in dict.fromkeys(values) if v]
 
     @property
     def attachments_root(self) -> Path:

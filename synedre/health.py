@@ -97,18 +97,16 @@ def check_clamd(s: Settings) -> Check:
 
 
 def check_imap(s: Settings) -> list[Check]:
-    from synedre.mail import registry
+    from synedre import mailboxes
 
     try:
-        boxes = registry.load()
-    except registry.RegistryError as exc:
+        boxes = mailboxes.load()
+    except mailboxes.RegistryError as exc:
         return [Check("imap", False, str(exc))]
 
     def login(box: Any) -> Callable[[], str]:
         def probe() -> str:
-            from synedre.ingest.poll import imap
-
-            with imap(box, s) as client:
+            with box.session(s.imap_timeout_s) as client:
                 client.select_folder(box.folder, readonly=True)
             return f"login as {box.username} on {box.imap_host}:{box.imap_port} ok"
         return probe
@@ -141,10 +139,10 @@ def check_agent_sandbox(s: Settings) -> Check:
     opt-out (SYNEDRE_AGENT_AS_ROOT) is a warning while it is on."""
     import os
 
-    from synedre.spawn import sandbox, stage
+    from synedre.spawn import agent, sandbox
 
     try:
-        run_as = stage.agent_user(s)
+        run_as = agent.user(s)
     except (KeyError, ValueError) as exc:
         return Check("agent", False, f"agent user {s.agent_user!r} unavailable ({exc}): every launch fails")
     who = run_as.name if run_as else ("root" if os.geteuid() == 0 else "the worker's user")

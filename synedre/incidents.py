@@ -27,10 +27,10 @@ import psycopg
 from imapclient.exceptions import IMAPClientError
 from psycopg.types.json import Jsonb
 
-from synedre.config import get_settings
+from synedre import mailboxes
 from synedre.db.types import Conn
 from synedre.log import log
-from synedre.mail import registry
+from synedre.pipeline import IncidentStatus
 
 SUBJECT_PREFIX = "[Atlas incident] "
 HEADER = "X-Synedre-Incident"
@@ -48,7 +48,7 @@ class Kind(StrEnum):
     DEPENDENCY_DOWN = "dependency_down"  # a dependency down for more than 5 minutes
 
 
-class Outcome(StrEnum):
+class IncidentOutcome(StrEnum):
     MAILED = "mailed"
     COALESCED = "coalesced"    # this kind was already mailed this hour
     SUPPRESSED = "suppressed"  # about an incident mail's own processing: the loop guard
@@ -109,14 +109,12 @@ def _claim(conn: Conn, incident: Incident) -> int | None:
     return row["id"] if row else None
 
 
-def _append(box: registry.Mailbox, raw: bytes) -> None:
-    from synedre.ingest.poll import imap
-
-    with imap(box, get_settings()) as client:
+def _append(box: mailboxes.Mailbox, raw: bytes) -> None:
+    with box.session() as client:
         client.append(box.folder, raw)  # no \Seen: the poll takes it like any new mail
 
 
-def raise_incident(incident: Incident) -> Outcome:
+def raise_incident(incident: Incident) -> IncidentOutcome:
     """Mail `incident` into the Atlas inbox unless the loop guard or coalescing says no."""
     from synedre import db
 
@@ -126,36 +124,37 @@ def raise_incident(incident: Incident) -> Outcome:
             rest = tuple(m for m in incident.message_ids if m not in own)
             log.info("incident_suppressed", kind=str(incident.kind), messages=own, others=len(rest))
             if not rest:
-                return Outcome.SUPPRESSED
+                return IncidentOutcome.SUPPRESSED
             incident = replace(incident, message_ids=rest,
                                detail={**incident.detail, "not_raised_for_incident_mails": own})
         incident_id = _claim(conn, incident)
     if incident_id is None:
         log.info("incident_coalesced", kind=str(incident.kind))
-        return Outcome.COALESCED
+        return IncidentOutcome.COALESCED
     try:
-        box = registry.get(MAILBOX)
+        box = mailboxes.get(MAILBOX)
         _append(box, build(incident, box.username if "@" in box.username else "atlas@localhost").as_bytes())
-    except (registry.RegistryError, IMAPClientError, OSError) as exc:
+    except (mailboxes.RegistryError, IMAPClientError, OSError) as exc:
         error = f"{type(exc).__name__}: {exc}"[:300]
         with db.transaction() as conn:  # released: the next watchdog or sweep tries again
             conn.execute("DELETE FROM synedre.incidents WHERE id = %s", (incident_id,))
         log.error("incident_not_mailed", kind=str(incident.kind), error=error)
-        return Outcome.FAILED
+        return IncidentOutcome.FAILED
     with db.transaction() as conn:
-        conn.execute("UPDATE synedre.incidents SET status = 'mailed' WHERE id = %s", (incident_id,))
+        conn.execute("UPDATE synedre.incidents SET status = %s WHERE id = %s",
+                     (str(IncidentStatus.MAILED), incident_id))
     log.warning("incident_mailed", kind=str(incident.kind), incident=incident_id)
-    return Outcome.MAILED
+    return IncidentOutcome.MAILED
 
 
-def safely(incident: Incident) -> Outcome:
+def safely(incident: Incident) -> IncidentOutcome:
     """`raise_incident` for supervision loops: the database being down is itself what the
     caller is reporting on, so it is logged, never raised into the watchdog or sweep."""
     try:
         return raise_incident(incident)
     except psycopg.Error as exc:
         log.error("incident_not_recorded", kind=str(incident.kind), error=f"{type(exc).__name__}: {exc}"[:300])
-        return Outcome.FAILED
+        return IncidentOutcome.FAILED
 
 
 # --- the incidents supervision raises ---------------------------------------------------
@@ -179,7 +178,7 @@ def stuck_stages(stuck: list[tuple[int, str]]) -> Incident:
                     tuple(m for m, _ in stuck))
 
 
-def escalate_stuck(stuck: list[tuple[int, str]]) -> Outcome | None:
+def escalate_stuck(stuck: list[tuple[int, str]]) -> IncidentOutcome | None:
     """The sweep's re-offer is the first answer to a stuck stage (a lost task, a killed
     worker: routine recovery); a message the sweep had to re-offer `STUCK_REOFFERS` times
     within the hour is one it cannot unstick, and that is the incident."""
@@ -196,7 +195,7 @@ def escalate_stuck(stuck: list[tuple[int, str]]) -> Outcome | None:
                 ([m for m, _ in stuck], list(SWEEP_EVENTS), STUCK_REOFFERS))}
     except psycopg.Error as exc:
         log.error("incident_not_recorded", kind=str(Kind.STUCK_STAGE), error=f"{type(exc).__name__}: {exc}"[:300])
-        return Outcome.FAILED
+        return IncidentOutcome.FAILED
     persistent = [(m, st) for m, st in stuck if m in again]
     return safely(stuck_stages(persistent)) if persistent else None
 

@@ -32,13 +32,13 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from synedre.config import Settings, get_settings
 from synedre.log import log
-from synedre.pipeline import STAGES
+from synedre.pipeline import STAGES, LaunchStatus
 
 DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 9808
 # From a clean scan (tens of ms) to an OCR or a classification retried for minutes.
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 2400.0)
-LAUNCH_STATUSES = ("running", "succeeded", "failed", "sandbox_unavailable", "merge_failed")
+LAUNCH_STATUSES = tuple(str(s) for s in LaunchStatus)
 # Stages that claim a message, hence write a duration (poll creates messages, claims none).
 TIMED_STAGES = tuple(s.name for s in STAGES if s.entry)
 # An audit id skipped by a scrape may belong to a transaction not yet committed (ids are

@@ -4,8 +4,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from synedre.db.pipeline import CLAIM_LEASE_S
 from synedre.pipeline import BY_NAME
+from synedre.runner import CLAIM_LEASE_S
 
 
 def _message_id(headers: dict[str, Any]) -> int | None:

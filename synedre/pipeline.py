@@ -48,6 +48,55 @@ class Status(StrEnum):
     ESCALATED = "escalated"
 
 
+# The other state machines, each with its own table, its own single writer and the schema's
+# CHECK listing the same values.
+
+class LaunchStatus(StrEnum):
+    """`launches.status`, written by synedre/runner.py (the claim inserts `running`)."""
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SANDBOX_UNAVAILABLE = "sandbox_unavailable"  # the agent's sandbox could not start: no agent ran
+    MERGE_FAILED = "merge_failed"  # the agent succeeded; its commits could not reach the trunk
+
+
+class QaCheckStatus(StrEnum):
+    """`qa_checks.status`: one route of a QA run (synedre/qa/stage.py)."""
+    PENDING = "pending"
+    RUNNING = "running"
+    PASSED = "passed"
+    FAILED = "failed"
+
+
+class OutboundStatus(StrEnum):
+    """`outbound_mail.status`: one mail to the founder (synedre/mail/outbound.py)."""
+    DRAFTING = "drafting"
+    DRAFT_SAVED = "draft_saved"
+    SENDING = "sending"
+    SENT = "sent"
+    SEND_UNKNOWN = "send_unknown"
+
+
+class AskStatus(StrEnum):
+    """`agent_asks.status`: one question to a persona (synedre/agents.py)."""
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    REFUSED = "refused"
+
+
+class IncidentStatus(StrEnum):
+    """`incidents.status`: one incident mailed into the Atlas inbox (synedre/incidents.py)."""
+    RAISING = "raising"
+    MAILED = "mailed"
+    FAILED = "failed"
+
+
+MACHINES: dict[str, type[StrEnum]] = {
+    "email_states": Status, "launches": LaunchStatus, "qa_checks": QaCheckStatus,
+    "outbound_mail": OutboundStatus, "agent_asks": AskStatus, "incidents": IncidentStatus}
+
+
 # Where a message's journey ends. The founder hears of every one after a launch: a recap
 # (actioned) or an alert (spawn_failed, merge_failed, orchestration_failed, escalated).
 TERMINAL = frozenset({Status.PARSE_FAILED, Status.BLOCKED_UNSAFE_ATTACHMENT, Status.CLASSIFY_FAILED,

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import time
 
-from synedre import db
-from synedre.db import pipeline as sql
-from synedre.db.pipeline import CLAIM_LEASE_S
-from synedre.pipeline import STAGES, Stage, Status
+from synedre import db, runner
+from synedre.db import messages
+from synedre.db.launches import LaunchClaim
+from synedre.pipeline import STAGES, LaunchStatus, QaCheckStatus, Stage, Status
+from synedre.runner import CLAIM_LEASE_S
 
 SWEEP_EVERY_S = 15
 BATCH = 200
@@ -48,21 +49,8 @@ def find_stuck(stages: tuple[Stage, ...] = STAGES) -> list[tuple[int, str]]:
             if not stage.entry:
                 continue
             if stage.running is not None and stage.on_stuck == "requeue":
-                for r in conn.execute(
-                        """UPDATE synedre.email_states SET status = %(entry)s, claimed_at = NULL,
-                                  updated_at = now(), waiting_reason = %(why)s,
-                                  waiting_until = now() + make_interval(secs => %(limit)s)
-                            WHERE message_id IN (
-                                  SELECT message_id FROM synedre.email_states
-                                   WHERE status = %(running)s
-                                     AND claimed_at < now() - make_interval(secs => %(lease)s)
-                                   ORDER BY claimed_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
-                        RETURNING message_id""",
-                        {"entry": str(stage.entry[0]), "running": str(stage.running), "batch": BATCH,
-                         "limit": stage.stuck_after_s, "lease": CLAIM_LEASE_S,
-                         "why": f"re-offered by the sweep: {stage.name} claim not renewed for {CLAIM_LEASE_S:.0f} s"}):
-                    found.append((r["message_id"], stage.name))
-                    sql.audit(conn, r["message_id"], "sweep_reclaimed", stage=stage.name)
+                found += [(mid, stage.name) for mid in runner.reclaim_stale(conn, stage, lease_s=CLAIM_LEASE_S,
+                                                                            batch=BATCH)]
             for r in conn.execute(
                     """UPDATE synedre.email_states SET waiting_reason = %(why)s,
                               waiting_until = now() + make_interval(secs => %(limit)s)
@@ -77,7 +65,7 @@ def find_stuck(stages: tuple[Stage, ...] = STAGES) -> list[tuple[int, str]]:
                      "why": f"re-offered by the sweep: waited for {stage.name} over {stage.stuck_after_s} s"}):
                 if (r["message_id"], stage.name) not in found:
                     found.append((r["message_id"], stage.name))
-                    sql.audit(conn, r["message_id"], "sweep_requeued", stage=stage.name)
+                    messages.audit(conn, r["message_id"], "sweep_requeued", stage=stage.name)
     return found
 
 
@@ -86,27 +74,27 @@ def pending_routes(message_id: int) -> int:
     with db.transaction() as conn:
         row = conn.execute(
             """SELECT count(*) AS n FROM synedre.qa_checks c JOIN synedre.qa_runs r ON r.id = c.qa_run_id
-                WHERE r.message_id = %s AND r.verdict IS NULL AND c.status IN ('pending', 'running')""",
-            (message_id,)).fetchone()
+                WHERE r.message_id = %s AND r.verdict IS NULL AND c.status = ANY(%s)""",
+            (message_id, [str(QaCheckStatus.PENDING), str(QaCheckStatus.RUNNING)])).fetchone()
     return max(1, row["n"] if row else 1)
 
 
 def fail_lost_launches(lock_held) -> list[int]:
     """Launches whose worker died: `spawning` with no live message lock (a running launch
     renews it). Marked failed, resumable when a session was recorded; never relaunched."""
-    from synedre.db import launches
-
     failed = []
     with db.transaction() as conn:
         rows = conn.execute(
             """SELECT s.message_id, s.launch_attempt, l.id, l.session_id FROM synedre.email_states s
                  JOIN synedre.launches l ON l.message_id = s.message_id AND l.attempt = s.launch_attempt
-                WHERE s.status = %s AND l.status = 'running' LIMIT %s""", (str(Status.SPAWNING), BATCH)).fetchall()
+                WHERE s.status = %s AND l.status = %s LIMIT %s""",
+            (str(Status.SPAWNING), str(LaunchStatus.RUNNING), BATCH)).fetchall()
         for r in rows:
             if lock_held(r["message_id"]):
                 continue
-            claim = launches.Claim(r["message_id"], r["launch_attempt"], r["id"])
-            launches.finish(conn, claim, ok=False, status=Status.SPAWN_FAILED, reason="worker_lost",
-                            salvage={"resumable": bool(r["session_id"])})
+            claim = LaunchClaim(r["message_id"], r["launch_attempt"], r["id"])
+            runner.finish_launch(conn, claim, runner.Done(Status.SPAWN_FAILED),
+                                 outcome=LaunchStatus.FAILED, reason="worker_lost",
+                                 salvage={"resumable": bool(r["session_id"])})
             failed.append(r["message_id"])
     return failed

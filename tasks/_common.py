@@ -5,7 +5,8 @@ import redis
 import structlog
 
 from synedre.log import log
-from synedre.pipeline import ALERTED, Status, consumer_of
+from synedre.pipeline import ALERTED, consumer_of
+from synedre.runner import Done, Held, Result, Skip
 
 # Worth retrying with backoff; everything else fails once and loudly.
 TRANSIENT = (psycopg.OperationalError, psycopg_pool.PoolTimeout, redis.ConnectionError, redis.TimeoutError,
@@ -19,26 +20,32 @@ def bind(task, message_id) -> int:
     return int(message_id)
 
 
-def advance(message_id: int, result: Status | str) -> str:
+def advance(message_id: int, result: Result) -> str:
     """After a stage: enqueue the stage that consumes the status written, or say (log and
     return) why nothing was done, so a `celery call` on the wrong message is never silent."""
     from tasks.app import enqueue
 
-    if isinstance(result, Status):
-        nxt = consumer_of(result)
-        if nxt is not None:
-            enqueue(nxt.name, message_id)
-        if result in ALERTED:  # a failure after the launch: the founder is told
-            enqueue("alert", message_id)
-        return str(result)
-    log.info("stage_nothing_to_do", message=message_id, reason=result)
-    if result.startswith("already past"):
-        # the message moved on but its next task may be lost (a worker killed between its
-        # commit and its enqueue): offer the stage it waits for; the claim makes it idempotent
-        waiting = _waiting_for(message_id)
-        if waiting is not None:
-            enqueue(waiting, message_id)
-    return f"nothing to do: {result}"
+    match result:
+        case Done(status=status):
+            nxt = consumer_of(status)
+            if nxt is not None:
+                enqueue(nxt.name, message_id)
+            if status in ALERTED:  # a failure after the launch: the founder is told
+                enqueue("alert", message_id)
+            return str(status)
+        case Held(why=why):
+            log.info("stage_held", message=message_id, reason=why)
+            return why
+        case Skip(why=why, moved_on=moved_on):
+            log.info("stage_nothing_to_do", message=message_id, reason=why)
+            if moved_on:
+                # the message moved on but its next task may be lost (a worker killed between its
+                # commit and its enqueue): offer the stage it waits for; the claim makes it idempotent
+                waiting = _waiting_for(message_id)
+                if waiting is not None:
+                    enqueue(waiting, message_id)
+            return f"nothing to do: {why}"
+    raise TypeError(f"not a stage result: {result!r}")
 
 
 def _waiting_for(message_id: int) -> str | None:

@@ -1,9 +1,10 @@
 """Queue `classify`: the guarded LLM classification (SPEC §6)."""
 from datetime import UTC, datetime, timedelta
 
-from synedre.classify import stage
 from synedre.classify.core import LLMUnavailable
 from synedre.config import get_settings
+from synedre.runner import Held
+from synedre.stages import classify as stage
 from tasks._common import RETRY, advance, bind
 from tasks.app import app
 
@@ -19,8 +20,7 @@ def classify(self, message_id: int) -> str:
     mid = bind(self, message_id)
     n = self.request.retries
     when = datetime.now(UTC) + timedelta(seconds=_delay_s(n))
-    try:
-        result = stage.run(mid, retry=(n, get_settings().llm_retries, when))
-    except LLMUnavailable as exc:
-        raise self.retry(exc=exc, countdown=_delay_s(n)) from None
+    result = stage.run(mid, retry=(n, get_settings().llm_retries, when))
+    if isinstance(result, Held) and result.retry:  # the LLM was unreachable: back later, the message waits
+        raise self.retry(exc=LLMUnavailable(result.why), countdown=_delay_s(n))
     return advance(mid, result)

@@ -1,5 +1,5 @@
 """Queue `deploy`: the contract decides the path; the code path is deployed (SPEC §9.1–9.3)."""
-from synedre.orchestrate import stage
+from synedre.stages import deploy as stage
 from tasks._common import RETRY, advance, bind
 from tasks.app import app
 

@@ -1,5 +1,5 @@
 """Queue `materialize`: one run, question, negotiation or advice per message (SPEC §7)."""
-from synedre.materialize import stage
+from synedre.stages import materialize as stage
 from tasks._common import RETRY, advance, bind
 from tasks.app import app
 

@@ -1,5 +1,5 @@
 """Queue `ocr`: Tesseract on clean images, text kept out of the database (SPEC §5)."""
-from synedre.ocr import stage
+from synedre.stages import ocr as stage
 from tasks._common import RETRY, advance, bind
 from tasks.app import app
 

@@ -4,9 +4,9 @@ import psycopg_pool
 import structlog
 from imapclient.exceptions import IMAPClientError
 
-from synedre.ingest.poll import run_coalesced
-from synedre.mail import registry
+from synedre import mailboxes
 from synedre.pipeline import Status, consumer_of
+from synedre.stages.poll import run_coalesced
 from tasks.app import app, enqueue
 
 # IMAP and the database may be restarting: retried with bounded backoff, never dropped
@@ -18,8 +18,8 @@ TRANSIENT = (OSError, IMAPClientError, ConnectionError, psycopg.OperationalError
 def poll(self, mailbox_id: str = "atlas") -> dict:
     structlog.contextvars.bind_contextvars(mailbox=mailbox_id, task_id=self.request.id)
     try:
-        box = registry.get(mailbox_id)
-    except registry.RegistryError as exc:
+        box = mailboxes.get(mailbox_id)
+    except mailboxes.RegistryError as exc:
         structlog.get_logger().error("poll_unknown_mailbox", error=str(exc))
         return {"mailbox": mailbox_id, "refused": str(exc)}
     first = consumer_of(Status.RECEIVED).name  # type: ignore[union-attr]

@@ -1,5 +1,5 @@
 """Queue `recap`: the founder's recap, and his alerts, through the mail facade (SPEC §9.6)."""
-from synedre.orchestrate import recap as stage
+from synedre.stages import recap as stage
 from tasks._common import RETRY, advance, bind
 from tasks.app import app
 

@@ -1,5 +1,5 @@
 """Queue `scan`: clamd verdicts for every attachment (SPEC §4)."""
-from synedre.scan import stage
+from synedre.stages import scan as stage
 from tasks._common import RETRY, advance, bind
 from tasks.app import app
 

@@ -8,7 +8,8 @@ from synedre import incidents, kv
 from synedre.config import get_settings
 from synedre.db import launches
 from synedre.log import log
-from synedre.spawn import locks, stage, workspace
+from synedre.spawn import agent, locks, workspace
+from synedre.stages import spawn as stage
 from tasks._common import RETRY, advance, bind
 from tasks.app import app, enqueue
 
@@ -33,7 +34,7 @@ def _prune_clones(sender=None, **_):
     except locks.LaunchGuardUnavailable as exc:
         log.error("spawn_switch_unreadable", error=str(exc))
     # older than any launch could still be running in it
-    pruned = workspace.prune_stale((s.state_dir / "agent" / "clones").resolve(), s.hard_timeout_s + 600)
+    pruned = workspace.prune_stale(agent.clones_root(s, agent.user(s)), s.hard_timeout_s + 600)
     log.info("clones_pruned", count=len(pruned))
 
 
@@ -56,8 +57,6 @@ def spawn(self, message_id: int) -> str:
         except locks.LaunchGuardUnavailable:
             pass  # Redis is down: the retry below is still this message's only task
         raise self.retry(exc=exc, countdown=delay) from None
-    if isinstance(result, stage.Result):
-        return advance(mid, result.message_status)
     return advance(mid, result)
 
 

@@ -1,8 +1,7 @@
 """The sweep (beat, every few seconds): re-enqueue messages stuck at a stage (SPEC §12)."""
-from synedre import incidents, kv
+from synedre import incidents, kv, mailboxes
 from synedre.config import get_settings
 from synedre.log import log
-from synedre.mail import registry
 from synedre.pipeline import STAGES
 from synedre.spawn import locks
 from synedre.spawn.locks import MessageLock
@@ -39,6 +38,6 @@ def sweep() -> int:
 
 def _mailboxes() -> list[str]:
     try:
-        return list(registry.load())
-    except registry.RegistryError:
+        return list(mailboxes.load())
+    except mailboxes.RegistryError:
         return []

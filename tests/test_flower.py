@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from synedre import secrets
 from synedre.config import Settings
 from synedre.pipeline import WORKER_GROUPS, group_queues
 from tests.services import stack
@@ -77,7 +78,7 @@ def test_flower_credentials_come_from_the_variable_first_then_the_file(tmp_path)
     path.write_text("ops:pw-one\n\nadmin:pw-two\n")
     from_file = Settings(_env_file=None, flower_auth_file=path)
     assert from_file.flower_auth()[0].get_secret_value() == "ops:pw-one,admin:pw-two"  # type: ignore[union-attr]
-    assert {"ops:pw-one", "pw-one", "admin:pw-two", "pw-two"} <= set(from_file.secret_values())
+    assert {"ops:pw-one", "pw-one", "admin:pw-two", "pw-two"} <= set(secrets.values(from_file))
     both = Settings(_env_file=None, flower_auth_file=path, FLOWER_BASIC_AUTH="env:pw-env")
     assert both.flower_auth()[0].get_secret_value() == "env:pw-env"  # type: ignore[union-attr]
     unreadable = Settings(_env_file=None, flower_auth_file=tmp_path / "absent")

@@ -73,8 +73,8 @@ def test_a_stale_lock_mails_exactly_one_incident_and_a_second_watchdog_run_adds_
 
 
 def test_an_incident_mail_going_through_the_pipeline_raises_no_incident(inbox):
-    from synedre.ingest.poll import poll
-    from synedre.mail import registry
+    from synedre import mailboxes
+    from synedre.stages.poll import poll
     from tasks.spawn import lock_watchdog
     from tasks.sweep import sweep
 
@@ -84,7 +84,7 @@ def test_an_incident_mail_going_through_the_pipeline_raises_no_incident(inbox):
     r.delete(f"{LOCK_PREFIX}41")
     # the incident enters the same chain as any email: polled, stored, handed on
     enqueued: list[int] = []
-    report = poll(registry.get("atlas"), enqueued.append)
+    report = poll(mailboxes.get("atlas"), enqueued.append)
     assert len(report.inserted) == 1 and enqueued == report.inserted
     mid = report.inserted[0]
     with psycopg.connect(db_url, autocommit=True) as conn:
@@ -102,8 +102,8 @@ def test_an_incident_mail_going_through_the_pipeline_raises_no_incident(inbox):
     plant_stale_lock(r, mid)
     assert lock_watchdog() == 1
     sweep()
-    assert incidents.escalate_stuck([(mid, "scan")]) is incidents.Outcome.SUPPRESSED, audit_of(db_url, mid)
-    assert incidents.raise_incident(incidents.stuck_stages([(mid, "scan")])) is incidents.Outcome.SUPPRESSED
+    assert incidents.escalate_stuck([(mid, "scan")]) is incidents.IncidentOutcome.SUPPRESSED, audit_of(db_url, mid)
+    assert incidents.raise_incident(incidents.stuck_stages([(mid, "scan")])) is incidents.IncidentOutcome.SUPPRESSED
     assert len(incident_mails(inbox["dovecot"])) == 1
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT count(*) FROM synedre.incidents").fetchone()[0] == 0
@@ -112,13 +112,13 @@ def test_an_incident_mail_going_through_the_pipeline_raises_no_incident(inbox):
 
 
 def test_an_incident_about_a_real_message_and_an_incident_mail_is_raised_for_the_real_one_only(inbox):
-    from synedre.ingest.poll import poll
-    from synedre.mail import registry
+    from synedre import mailboxes
+    from synedre.stages.poll import poll
 
-    assert incidents.raise_incident(incidents.dependency_down("clamd", 360)) is incidents.Outcome.MAILED
-    mid = poll(registry.get("atlas"), lambda _mid: None).inserted[0]
+    assert incidents.raise_incident(incidents.dependency_down("clamd", 360)) is incidents.IncidentOutcome.MAILED
+    mid = poll(mailboxes.get("atlas"), lambda _mid: None).inserted[0]
     outcome = incidents.raise_incident(incidents.stuck_stages([(mid, "scan"), (99, "classify")]))
-    assert outcome is incidents.Outcome.MAILED
+    assert outcome is incidents.IncidentOutcome.MAILED
     mails = incident_mails(inbox["dovecot"])
     assert sorted(str(m[incidents.HEADER]) for m in mails) == ["dependency_down", "stuck_stage"]
     stuck = next(m for m in mails if m[incidents.HEADER] == "stuck_stage").get_content()
@@ -168,6 +168,6 @@ def test_an_unreachable_mailbox_releases_the_hour_for_the_next_run(db, monkeypat
     get_settings.cache_clear()
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute("TRUNCATE synedre.incidents RESTART IDENTITY")
-    assert incidents.safely(incidents.spend_cap(200, 200.0)) is incidents.Outcome.FAILED
+    assert incidents.safely(incidents.spend_cap(200, 200.0)) is incidents.IncidentOutcome.FAILED
     with psycopg.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM synedre.incidents").fetchone()[0] == 0

@@ -2,7 +2,7 @@
 import psycopg
 
 from synedre.config import Settings
-from synedre.ingest.poll import ingest_one
+from synedre.stages.poll import ingest_one
 from synedre.sweep import find_stuck
 from tests.conftest import CORPUS
 

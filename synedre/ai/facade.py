@@ -12,6 +12,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from synedre import secrets
 from synedre.ai.providers import PROVIDERS, Provider
 from synedre.config import Settings, get_settings
 from synedre.log import log
@@ -189,7 +190,7 @@ def _first_success(routing: FeatureRouting, kind: str,
 
 def _short(message: str, settings: Settings) -> str:
     """One line, bounded, and scrubbed of any key value an SDK might have echoed."""
-    for secret in settings.secret_values():
+    for secret in secrets.values(settings):
         message = message.replace(secret, "[redacted]")
     message = " ".join(message.split())
     return message if len(message) <= MAX_REASON_CHARS else message[:MAX_REASON_CHARS - 1] + "…"

@@ -8,6 +8,7 @@ from typing import Any
 from synedre.ai import Completion
 from synedre.classify import prompt as prompts, rules as guard
 from synedre.classify.schema import Classification, ClassificationInvalid, parse_output
+from synedre.pipeline import Status
 
 MAX_ATTEMPTS = 2  # one retry on an invalid answer, then classify_failed
 
@@ -17,8 +18,8 @@ class LLMUnavailable(RuntimeError):
 
 
 @dataclass
-class Outcome:
-    status: str  # classified | classify_failed
+class ClassifyOutcome:
+    status: Status  # classified | classify_failed
     classification: Classification | None
     model: str | None
     audits: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
@@ -30,16 +31,16 @@ Unavailable = Callable[[], str | None]
 
 
 def classify(facts: guard.Facts, p: prompts.PromptInput, ask: Ask,
-             why_unavailable: Unavailable = lambda: None) -> Outcome:
+             why_unavailable: Unavailable = lambda: None) -> ClassifyOutcome:
     for pre in guard.PRE_LLM:
         if pre.check(facts):
             c = Classification(intent="noise", complexity="leger", confidence=1.0,
                                rationale=pre.description)
-            return Outcome("classified", c, f"rule:{pre.name}",
-                           [(pre.name, {}), ("classified", _detail(c, f"rule:{pre.name}"))])
+            return ClassifyOutcome(Status.CLASSIFIED, c, f"rule:{pre.name}",
+                                   [(pre.name, {}), (Status.CLASSIFIED, _detail(c, f"rule:{pre.name}"))])
 
     messages, _token = prompts.build(p)
-    out = Outcome("classify_failed", None, None)
+    out = ClassifyOutcome(Status.CLASSIFY_FAILED, None, None)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         answer = ask(messages)
         if answer is None:
@@ -56,7 +57,7 @@ def classify(facts: guard.Facts, p: prompts.PromptInput, ask: Ask,
                         {"role": "user", "content": f"That answer is invalid ({exc}). Answer again "
                                                     "with only the JSON object described above."}]
     else:
-        out.audits.append(("classify_failed", {"reason": "invalid_output", "attempts": MAX_ATTEMPTS}))
+        out.audits.append((Status.CLASSIFY_FAILED, {"reason": "invalid_output", "attempts": MAX_ATTEMPTS}))
         return out
 
     for rule in guard.AFTER_LLM:
@@ -65,8 +66,8 @@ def classify(facts: guard.Facts, p: prompts.PromptInput, ask: Ask,
             out.audits.append((rule.name, {"from": [c.intent, c.complexity], "to": [changed.intent, changed.complexity],
                                            "confidence": c.confidence}))
             c = changed
-    out.status, out.classification = "classified", c
-    out.audits.append(("classified", {**_detail(c, out.model), "prompt_version": prompts.PROMPT_VERSION}))
+    out.status, out.classification = Status.CLASSIFIED, c
+    out.audits.append((Status.CLASSIFIED, {**_detail(c, out.model), "prompt_version": prompts.PROMPT_VERSION}))
     return out
 
 

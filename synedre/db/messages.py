@@ -7,6 +7,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from synedre.db.types import Conn
+from synedre.pipeline import Status
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class NewMessage:
     headers: list[tuple[str, str]]
     raw: bytes
     dkim_pass: bool
-    status: str  # received | parse_failed
+    status: Status  # received | parse_failed
     attachments_dir: str | None
     attachments: list[dict[str, Any]]
     audits: list[tuple[str, dict[str, Any]]]
@@ -39,12 +40,10 @@ def audit(conn: Conn, message_id: int | None, event: str, **detail: Any) -> None
                   (message_id, event, Jsonb(detail)))
 
 
-def insert_message(conn: Conn, m: NewMessage) -> int | None:
-    """Raw row, state row, attachments and audit in the caller's transaction.
-
-    Returns the new id, or None when the message is already stored: the unique
-    constraints decide, so concurrent polls cannot both insert it.
-    """
+def insert_raw(conn: Conn, m: NewMessage) -> int | None:
+    """The raw row, in the caller's transaction (its state row is the stage runner's, then
+    `insert_parts`). Returns the new id, or None when the message is already stored: the
+    unique constraints decide, so concurrent polls cannot both insert it."""
     row = conn.execute(
         """INSERT INTO synedre.raw_messages
              (mailbox, uidvalidity, uid, message_id, message_id_synthetic, envelope_from,
@@ -54,12 +53,11 @@ def insert_message(conn: Conn, m: NewMessage) -> int | None:
         (m.mailbox, m.uidvalidity, m.uid, m.message_id, m.synthetic_id, m.envelope_from,
          m.subject, Jsonb(m.headers), m.raw, len(m.raw), m.dkim_pass),
     ).fetchone()
-    if row is None:
-        return None
-    mid = row["id"]
-    conn.execute(
-        "INSERT INTO synedre.email_states (message_id, status, attachments_dir) VALUES (%s, %s, %s)",
-        (mid, m.status, m.attachments_dir))
+    return row["id"] if row else None
+
+
+def insert_parts(conn: Conn, mid: int, m: NewMessage) -> None:
+    """The attachments' rows and the ingestion's audit rows of a message just admitted."""
     if m.attachments:
         with conn.cursor() as cur:
             cur.executemany(
@@ -70,7 +68,6 @@ def insert_message(conn: Conn, m: NewMessage) -> int | None:
                 [{**a, "mid": mid} for a in m.attachments])
     for event, detail in m.audits:
         audit(conn, mid, event, **detail)
-    return mid
 
 
 def find_existing(conn: Conn, mailbox: str, uidvalidity: int, uid: int,
@@ -161,3 +158,8 @@ def describe(conn: Conn, ids: list[int] | None = None, details: bool = False) ->
             item["launches"] = launches_of(conn, r["id"])
         out.append(item)
     return out
+
+
+def attachments(conn: Conn, message_id: int) -> list[dict[str, Any]]:
+    return conn.execute("SELECT * FROM synedre.attachments WHERE message_id = %s ORDER BY idx",
+                        (message_id,)).fetchall()

@@ -11,3 +11,8 @@ import psycopg
 
 Row: TypeAlias = dict[str, Any]
 Conn: TypeAlias = psycopg.Connection[Row]
+
+
+class FencedOut(RuntimeError):
+    """A newer claim owns this message (the sweep re-offered it, an operator retried it, a
+    second launch claimed it): this execution must not write its result."""

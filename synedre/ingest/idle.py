@@ -21,7 +21,7 @@ from imapclient.exceptions import CapabilityError, IMAPClientError, LoginError
 
 from synedre.config import Settings, get_settings
 from synedre.log import log
-from synedre.mail.registry import Mailbox
+from synedre.mailboxes import Mailbox
 
 # Re-issue IDLE well before RFC 2177's 29-minute server timeout and the ~5-minute idle
 # timeout of many NATs and firewalls.
@@ -90,8 +90,7 @@ def enable_keepalive(sock: socket.socket) -> None:
 
 def connect(mailbox: Mailbox, settings: Settings) -> IMAPClient:
     """A logged-in client with `mailbox.folder` selected read-only and keepalive on."""
-    client = IMAPClient(mailbox.imap_host, port=mailbox.imap_port, ssl=mailbox.imap_tls,
-                        timeout=settings.imap_timeout_s)
+    client = mailbox.client(settings.imap_timeout_s)
     try:
         enable_keepalive(client.socket())
         client.login(mailbox.username, mailbox.password())

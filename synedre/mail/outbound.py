@@ -36,8 +36,8 @@ import mimetypes
 import re
 import smtplib
 import ssl
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from email import policy
 from email.headerregistry import Address
@@ -53,11 +53,11 @@ from imapclient.exceptions import IMAPClientError
 from imapclient.imapclient import DRAFTS, SENT
 from psycopg.types.json import Jsonb
 
-from synedre.config import get_settings
+from synedre import mailboxes
 from synedre.db.types import Conn, Row
 from synedre.log import log
-from synedre.mail import registry
-from synedre.mail.registry import Mailbox
+from synedre.mailboxes import Mailbox
+from synedre.pipeline import OutboundStatus
 
 SUBJECT_PREFIX = "[Atlas] "
 SENDER_NAME = "Atlas"
@@ -81,15 +81,7 @@ _MAX_STEPS = 8
 ConnFactory = Callable[[], AbstractContextManager[Conn]]
 
 
-class Status(StrEnum):
-    DRAFTING = "drafting"
-    DRAFT_SAVED = "draft_saved"
-    SENDING = "sending"
-    SENT = "sent"
-    SEND_UNKNOWN = "send_unknown"
-
-
-class Outcome(StrEnum):
+class SendOutcome(StrEnum):
     SENT = "sent"                  # this call handed it to SMTP
     ALREADY_SENT = "already_sent"  # an earlier call did: nothing sent now
     DRAFT_SAVED = "draft_saved"    # save_draft only
@@ -142,8 +134,8 @@ class BuiltMail:
 
 @dataclass(frozen=True)
 class SendResult:
-    outcome: Outcome
-    status: Status
+    outcome: SendOutcome
+    status: OutboundStatus
     rfc_message_id: str
     draft_uid: int | None
     skipped: tuple[Skipped, ...] = ()  # known when this call built the mail
@@ -295,20 +287,20 @@ def _context(conn: Conn, message_db_id: int) -> _Context:
                     None if original["message_id_synthetic"] else original["message_id"], tuple(refs))
 
 
-_CLAIM_DRAFT = """
+_CLAIM_DRAFT = f"""
 INSERT INTO synedre.outbound_mail AS o (message_id, kind, mailbox, rfc_message_id, status, claimed_at)
-VALUES (%(mid)s, %(kind)s, %(mailbox)s, %(rfc)s, 'drafting', now())
+VALUES (%(mid)s, %(kind)s, %(mailbox)s, %(rfc)s, '{OutboundStatus.DRAFTING}', now())
 ON CONFLICT (message_id, kind) DO UPDATE
    SET attempts = o.attempts + 1, claimed_at = now(), updated_at = now()
- WHERE o.status = 'drafting'
+ WHERE o.status = '{OutboundStatus.DRAFTING}'
    AND (o.claimed_at IS NULL OR o.claimed_at < now() - make_interval(secs => %(lease)s))
 RETURNING o.*"""
 
-_STUCK_SENDING = """
+_STUCK_SENDING = f"""
 UPDATE synedre.outbound_mail
-   SET status = 'send_unknown', updated_at = now(),
+   SET status = '{OutboundStatus.SEND_UNKNOWN}', updated_at = now(),
        error = 'the send claimed at ' || claimed_at || ' never finished: it may have left'
- WHERE message_id = %(mid)s AND kind = %(kind)s AND status = 'sending'
+ WHERE message_id = %(mid)s AND kind = %(kind)s AND status = '{OutboundStatus.SENDING}'
    AND claimed_at < now() - make_interval(secs => %(lease)s)
 RETURNING *"""
 
@@ -335,10 +327,10 @@ def _claim(conn: Conn, message_db_id: int, kind: str, mailbox: str, rfc: str) ->
 def _draft_saved(conn: Conn, row: Row, folder: str, uidvalidity: int, uid: int,
                  skipped: Sequence[Skipped]) -> Row | None:
     saved = conn.execute(
-        """UPDATE synedre.outbound_mail
-              SET status = 'draft_saved', draft_folder = %s, draft_uidvalidity = %s, draft_uid = %s,
+        f"""UPDATE synedre.outbound_mail
+              SET status = '{OutboundStatus.DRAFT_SAVED}', draft_folder = %s, draft_uidvalidity = %s, draft_uid = %s,
                   claimed_at = NULL, error = NULL, updated_at = now()
-            WHERE id = %s AND status = 'drafting' AND attempts = %s RETURNING *""",
+            WHERE id = %s AND status = '{OutboundStatus.DRAFTING}' AND attempts = %s RETURNING *""",
         (folder, uidvalidity, uid, row["id"], row["attempts"])).fetchone()
     if saved is not None:
         _audit(conn, row["message_id"], "mail_draft_saved", kind=row["kind"],
@@ -347,12 +339,12 @@ def _draft_saved(conn: Conn, row: Row, folder: str, uidvalidity: int, uid: int,
     return saved
 
 
-def _release(conn: Conn, row: Row, status: Status, error: str, event: str, **detail: Any) -> None:
+def _release(conn: Conn, row: Row, status: OutboundStatus, error: str, event: str, **detail: Any) -> None:
     """Give a claim back (nothing left the mailbox): `drafting` or `draft_saved`, unclaimed."""
     released = conn.execute(
-        """UPDATE synedre.outbound_mail SET status = %s, claimed_at = NULL, error = %s,
+        f"""UPDATE synedre.outbound_mail SET status = %s, claimed_at = NULL, error = %s,
                   updated_at = now(),
-                  draft_uid = CASE WHEN %s::text = 'drafting' THEN NULL ELSE draft_uid END
+                  draft_uid = CASE WHEN %s::text = '{OutboundStatus.DRAFTING}' THEN NULL ELSE draft_uid END
             WHERE id = %s AND status = %s AND attempts = %s RETURNING id""",
         (status, error[:2000], status, row["id"], row["status"], row["attempts"])).fetchone()
     if released is not None:
@@ -363,9 +355,9 @@ def _release(conn: Conn, row: Row, status: Status, error: str, event: str, **det
 def _claim_send(conn: Conn, row: Row) -> tuple[Row, str] | None:
     """`draft_saved -> sending` for one caller; the recipient read again in that transaction."""
     claimed = conn.execute(
-        """UPDATE synedre.outbound_mail SET status = 'sending', attempts = attempts + 1,
+        f"""UPDATE synedre.outbound_mail SET status = '{OutboundStatus.SENDING}', attempts = attempts + 1,
                   claimed_at = now(), updated_at = now()
-            WHERE id = %s AND status = 'draft_saved' RETURNING *""", (row["id"],)).fetchone()
+            WHERE id = %s AND status = '{OutboundStatus.DRAFT_SAVED}' RETURNING *""", (row["id"],)).fetchone()
     if claimed is None:
         return None
     return claimed, _founder(conn)["emails"][0]
@@ -376,9 +368,11 @@ def _mark_sent(conn: Conn, row: Row, smtp_reply: str) -> None:
     # operator meanwhile declared not sent (draft_saved, no newer claim: same attempt), knows
     # the truth it learned from the server.
     sent = conn.execute(
-        """UPDATE synedre.outbound_mail SET status = 'sent', sent_at = now(), claimed_at = NULL,
+        f"""UPDATE synedre.outbound_mail SET status = '{OutboundStatus.SENT}', sent_at = now(), claimed_at = NULL,
                   error = NULL, updated_at = now()
-            WHERE id = %s AND status IN ('sending', 'send_unknown', 'draft_saved') AND attempts = %s
+            WHERE id = %s AND attempts = %s
+              AND status IN ('{OutboundStatus.SENDING}', '{OutboundStatus.SEND_UNKNOWN}',
+                             '{OutboundStatus.DRAFT_SAVED}')
             RETURNING id""",
         (row["id"], row["attempts"])).fetchone()
     if sent is not None:
@@ -388,8 +382,8 @@ def _mark_sent(conn: Conn, row: Row, smtp_reply: str) -> None:
 
 def _mark_unknown(conn: Conn, row: Row, error: str) -> Row | None:
     unknown = conn.execute(
-        """UPDATE synedre.outbound_mail SET status = 'send_unknown', error = %s, updated_at = now()
-            WHERE id = %s AND status = 'sending' AND attempts = %s RETURNING *""",
+        f"""UPDATE synedre.outbound_mail SET status = '{OutboundStatus.SEND_UNKNOWN}', error = %s, updated_at = now()
+            WHERE id = %s AND status = '{OutboundStatus.SENDING}' AND attempts = %s RETURNING *""",
         (error[:2000], row["id"], row["attempts"])).fetchone()
     if unknown is not None:
         _audit(conn, row["message_id"], "mail_send_unknown", kind=row["kind"],
@@ -402,19 +396,6 @@ def _mark_unknown(conn: Conn, row: Row, error: str) -> Row | None:
 
 _IMAP_ERRORS = (IMAPClientError, OSError)
 
-
-@contextmanager
-def _imap(box: Mailbox) -> Iterator[IMAPClient]:
-    client = IMAPClient(box.imap_host, port=box.imap_port, ssl=box.imap_tls,
-                        timeout=get_settings().imap_timeout_s)
-    try:
-        client.login(box.username, box.password())
-        yield client
-    finally:
-        try:
-            client.logout()
-        except _IMAP_ERRORS:  # the connection may already be gone; nothing to save
-            pass
 
 
 def _folder(client: IMAPClient, special: bytes, default: str) -> str:
@@ -480,7 +461,7 @@ def _file_sent(box: Mailbox, row: Row, uid: int) -> None:
     """The draft goes to Sent, no longer `\\Draft`, as a mail client does. Not fatal: the
     mail is sent and recorded; a draft left behind is only untidy."""
     try:
-        with _imap(box) as client:
+        with box.session() as client:
             sent = _folder(client, SENT, SENT_FOLDER)
             client.select_folder(row["draft_folder"])
             client.remove_flags([uid], [DRAFT])
@@ -563,19 +544,19 @@ def _from_address(box: Mailbox, ctx: _Context) -> str:
     return box.username if "@" in box.username else ctx.atlas_address
 
 
-def _result(row: Row, outcome: Outcome, skipped: Sequence[Skipped] = ()) -> SendResult:
-    return SendResult(outcome, Status(row["status"]), row["rfc_message_id"], row["draft_uid"],
+def _result(row: Row, outcome: SendOutcome, skipped: Sequence[Skipped] = ()) -> SendResult:
+    return SendResult(outcome, OutboundStatus(row["status"]), row["rfc_message_id"], row["draft_uid"],
                       tuple(skipped), row["error"])
 
 
 def _passive(row: Row) -> SendResult:
     """What a call that cannot move the row says about it."""
-    status = Status(row["status"])
-    if status is Status.SENT:
-        return _result(row, Outcome.ALREADY_SENT)
-    if status is Status.SEND_UNKNOWN:
-        return _result(row, Outcome.SEND_UNKNOWN)
-    return _result(row, Outcome.IN_PROGRESS)
+    status = OutboundStatus(row["status"])
+    if status is OutboundStatus.SENT:
+        return _result(row, SendOutcome.ALREADY_SENT)
+    if status is OutboundStatus.SEND_UNKNOWN:
+        return _result(row, SendOutcome.SEND_UNKNOWN)
+    return _result(row, SendOutcome.IN_PROGRESS)
 
 
 def _save_draft(conn_factory: ConnFactory, box: Mailbox, row: Row, ctx: _Context, kind: str,
@@ -590,11 +571,11 @@ def _save_draft(conn_factory: ConnFactory, box: Mailbox, row: Row, ctx: _Context
         built.message.replace_header("Message-ID", row["rfc_message_id"])
         built = BuiltMail(built.message, row["rfc_message_id"], built.attached, built.skipped)
     try:
-        with _imap(box) as client:
+        with box.session() as client:
             folder, uidvalidity, uid = _append_draft(client, built, look_first=row["attempts"] > 1)
     except (*_IMAP_ERRORS, MailNotSent) as exc:
         with conn_factory() as conn:
-            _release(conn, row, Status.DRAFTING, f"{type(exc).__name__}: {exc}", "mail_draft_failed")
+            _release(conn, row, OutboundStatus.DRAFTING, f"{type(exc).__name__}: {exc}", "mail_draft_failed")
         raise MailNotSent(f"saving the draft failed: {type(exc).__name__}", transient=True) from exc
     with conn_factory() as conn:
         saved = _draft_saved(conn, row, folder, uidvalidity, uid, built.skipped)
@@ -609,15 +590,15 @@ def _send(conn_factory: ConnFactory, box: Mailbox, row: Row, recipient: str,
     """Send the claimed draft. None: the draft is gone and the row is `drafting` again."""
     bound = {"message_id": row["message_id"], "kind": row["kind"], "rfc_message_id": row["rfc_message_id"]}
     try:
-        with _imap(box) as client:
+        with box.session() as client:
             draft = _fetch_draft(client, row)
     except _IMAP_ERRORS as exc:
         with conn_factory() as conn:
-            _release(conn, row, Status.DRAFT_SAVED, f"{type(exc).__name__}: {exc}", "mail_send_deferred")
+            _release(conn, row, OutboundStatus.DRAFT_SAVED, f"{type(exc).__name__}: {exc}", "mail_send_deferred")
         raise MailNotSent(f"fetching the draft failed: {type(exc).__name__}", transient=True) from exc
     if draft is None:
         with conn_factory() as conn:
-            _release(conn, row, Status.DRAFTING, "the draft is no longer in its folder", "mail_draft_missing")
+            _release(conn, row, OutboundStatus.DRAFTING, "the draft is no longer in its folder", "mail_draft_missing")
         log.warning("mail_draft_missing", **bound)
         return None
     uid, raw = draft
@@ -625,7 +606,7 @@ def _send(conn_factory: ConnFactory, box: Mailbox, row: Row, recipient: str,
         reply = deliver(box, from_address, recipient, raw)
     except MailNotSent as exc:
         with conn_factory() as conn:
-            _release(conn, row, Status.DRAFT_SAVED, str(exc), "mail_send_deferred",
+            _release(conn, row, OutboundStatus.DRAFT_SAVED, str(exc), "mail_send_deferred",
                      code=exc.code, transient=exc.transient)
         log.warning("mail_not_sent", **bound, code=exc.code, transient=exc.transient)
         raise
@@ -633,12 +614,12 @@ def _send(conn_factory: ConnFactory, box: Mailbox, row: Row, recipient: str,
         with conn_factory() as conn:
             unknown = _mark_unknown(conn, row, str(exc))
         log.error("mail_send_unknown", **bound, reason="lost_during_data")
-        return _result(unknown or {**row, "status": Status.SEND_UNKNOWN}, Outcome.SEND_UNKNOWN)
+        return _result(unknown or {**row, "status": OutboundStatus.SEND_UNKNOWN}, SendOutcome.SEND_UNKNOWN)
     with conn_factory() as conn:
         _mark_sent(conn, row, reply)
     log.info("mail_sent", **bound, draft_uid=uid)
     _file_sent(box, row, uid)
-    return _result({**row, "status": Status.SENT, "error": None, "draft_uid": uid}, Outcome.SENT)
+    return _result({**row, "status": OutboundStatus.SENT, "error": None, "draft_uid": uid}, SendOutcome.SENT)
 
 
 def send_to_founder(conn_factory: ConnFactory, mailbox_id: str, message_db_id: int, kind: str, *,
@@ -647,7 +628,7 @@ def send_to_founder(conn_factory: ConnFactory, mailbox_id: str, message_db_id: i
     """Mail `kind` about message `message_db_id` to the founder from mailbox `mailbox_id`:
     a draft, then that draft sent, once for each (message, kind) however often it is called.
 
-    Returns what happened (`Outcome`); raises `MailNotSent` when nothing left and a later
+    Returns what happened (`SendOutcome`); raises `MailNotSent` when nothing left and a later
     call may send (`transient` says whether retrying soon makes sense), `FounderMissing`,
     `UnknownMessage`, `RegistryError` for what no retry fixes.
     """
@@ -665,7 +646,7 @@ def save_draft(conn_factory: ConnFactory, mailbox_id: str, message_db_id: int, k
 
 def send_draft(conn_factory: ConnFactory, mailbox_id: str, message_db_id: int, kind: str) -> SendResult:
     """Send the draft already saved for (message, kind), by its id; never a second copy."""
-    box = registry.get(mailbox_id)
+    box = mailboxes.get(mailbox_id)
     with conn_factory() as conn:
         ctx = _context(conn, message_db_id)
         row = conn.execute("SELECT * FROM synedre.outbound_mail WHERE message_id = %s AND kind = %s",
@@ -680,9 +661,9 @@ def _run(conn_factory: ConnFactory, mailbox_id: str, message_db_id: int, kind: s
          subject: str | None, text: str | None, html: str | None, attachments: Sequence[Path], *,
          send: bool, box: Mailbox | None = None, ctx: _Context | None = None) -> SendResult:
     check_kind(kind)
-    box = box or registry.get(mailbox_id)
+    box = box or mailboxes.get(mailbox_id)
     if send and not box.smtp_host:
-        raise registry.RegistryError(f"mailbox {box.id!r} has no smtp_host: it cannot send")
+        raise mailboxes.RegistryError(f"mailbox {box.id!r} has no smtp_host: it cannot send")
     if ctx is None:
         with conn_factory() as conn:
             ctx = _context(conn, message_db_id)
@@ -692,11 +673,11 @@ def _run(conn_factory: ConnFactory, mailbox_id: str, message_db_id: int, kind: s
     for _ in range(_MAX_STEPS):
         with conn_factory() as conn:
             row, ours = _claim(conn, message_db_id, kind, box.id, rfc)
-        status = Status(row["status"])
+        status = OutboundStatus(row["status"])
         if ours:
             if subject is None or text is None:  # send_draft: no content to draft again
                 with conn_factory() as conn:
-                    _release(conn, row, Status.DRAFTING, "no draft and no content to build one",
+                    _release(conn, row, OutboundStatus.DRAFTING, "no draft and no content to build one",
                              "mail_draft_missing")
                 raise OutboundError(f"the draft of message {message_db_id} kind {kind!r} is gone; "
                                     "send_to_founder with its content saves it again")
@@ -705,11 +686,11 @@ def _run(conn_factory: ConnFactory, mailbox_id: str, message_db_id: int, kind: s
             if saved is None:  # another caller took the claim over meanwhile
                 continue
             if not send:
-                return _result(saved, Outcome.DRAFT_SAVED, skipped)
+                return _result(saved, SendOutcome.DRAFT_SAVED, skipped)
             continue
-        if status is Status.DRAFT_SAVED and not send:
-            return _result(row, Outcome.DRAFT_SAVED)
-        if status is Status.DRAFT_SAVED:
+        if status is OutboundStatus.DRAFT_SAVED and not send:
+            return _result(row, SendOutcome.DRAFT_SAVED)
+        if status is OutboundStatus.DRAFT_SAVED:
             with conn_factory() as conn:
                 claimed = _claim_send(conn, row)
             if claimed is None:  # another caller won the send
@@ -723,27 +704,27 @@ def _run(conn_factory: ConnFactory, mailbox_id: str, message_db_id: int, kind: s
     raise OutboundError(f"message {message_db_id} kind {kind!r}: no progress after {_MAX_STEPS} steps")
 
 
-def resolve_unknown(conn_factory: ConnFactory, message_db_id: int, kind: str, *, was_sent: bool) -> Status:
+def resolve_unknown(conn_factory: ConnFactory, message_db_id: int, kind: str, *, was_sent: bool) -> OutboundStatus:
     """An operator's verdict on a `send_unknown` mail (checked in the founder's inbox or the
     relay's log): sent, or not sent, in which case the next call sends its draft."""
     with conn_factory() as conn:
         row = conn.execute(
-            """UPDATE synedre.outbound_mail
-                  SET status = CASE WHEN %(sent)s THEN 'sent' ELSE 'draft_saved' END,
+            f"""UPDATE synedre.outbound_mail
+                  SET status = CASE WHEN %(sent)s THEN '{OutboundStatus.SENT}' ELSE '{OutboundStatus.DRAFT_SAVED}' END,
                       sent_at = CASE WHEN %(sent)s THEN now() END,
                       claimed_at = NULL, updated_at = now()
-                WHERE message_id = %(mid)s AND kind = %(kind)s AND status = 'send_unknown'
+                WHERE message_id = %(mid)s AND kind = %(kind)s AND status = '{OutboundStatus.SEND_UNKNOWN}'
                 RETURNING *""", {"sent": was_sent, "mid": message_db_id, "kind": check_kind(kind)}).fetchone()
         if row is None:
             raise OutboundError(f"message {message_db_id} kind {kind!r} is not send_unknown")
         _audit(conn, message_db_id, "mail_resolved", kind=kind, rfc_message_id=row["rfc_message_id"],
                was_sent=was_sent)
-    return Status(row["status"])
+    return OutboundStatus(row["status"])
 
 
 __all__ = [
-    "BuiltMail", "ConnFactory", "FounderMissing", "MailMaybeSent", "MailNotSent", "Outcome",
-    "OutboundError", "SendResult", "Skipped", "Status", "UnknownMessage", "appenduid", "build",
+    "BuiltMail", "ConnFactory", "FounderMissing", "MailMaybeSent", "MailNotSent", "SendOutcome",
+    "OutboundError", "SendResult", "Skipped", "OutboundStatus", "UnknownMessage", "appenduid", "build",
     "check_kind", "deliver", "resolve_unknown", "rfc_message_id", "save_draft", "send_draft",
     "send_to_founder", "subject_line",
 ]

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
@@ -22,7 +23,14 @@ NO_CODE_INTENTS = frozenset({"question", "negociation", "conseil"})
 DOWNGRADE_INTENTS = frozenset({"run", "question", "negociation", "conseil"})
 MAX_ERROR_CHARS = 300
 
-CodePathDecision = Literal["deploy", "no_code_analysis", "orchestration_failed:missing_tenant_or_routes"]
+
+
+class CodePath(StrEnum):
+    """SPEC §9.3: where a run + plan goes after its launch."""
+    DEPLOY = "deploy"
+    ANALYSIS = "no_code_analysis"  # no tenant, no commits: a legitimate analysis deliverable
+    # commits with nowhere to deploy or test them: an anomaly, the message fails
+    MISSING_TENANT_OR_ROUTES = "orchestration_failed:missing_tenant_or_routes"
 
 
 def _clean_list(values: list[str]) -> list[str]:
@@ -188,12 +196,18 @@ def apply_downgrade(classified_intent: str | None, classified_complexity: str | 
     return classified_intent, classified_complexity
 
 
-def code_path_decision(contract: LeanContract) -> CodePathDecision:
+def code_path_decision(contract: LeanContract) -> CodePath:
     """SPEC §9.3, for run + plan. Commits without somewhere to deploy and test them is an
     anomaly; no tenant and no commits is a legitimate analysis deliverable."""
     routes = getattr(contract, "routes_to_qa", [])
     if contract.commits and not (contract.tenant and routes):
-        return "orchestration_failed:missing_tenant_or_routes"
+        return CodePath.MISSING_TENANT_OR_ROUTES
     if not contract.tenant and not contract.commits:
-        return "no_code_analysis"
-    return "deploy"
+        return CodePath.ANALYSIS
+    return CodePath.DEPLOY
+
+
+def contract_of(launch: dict[str, Any]) -> LeanContract:
+    """The launch's stored contract (validated at the launch), with safe defaults if absent."""
+    model = LeanContract if launch.get("system_prompt") == "lean" else RichContract
+    return model.model_validate(launch.get("contract") or {})

@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from synedre.config import Settings
-from synedre.db.messages import audit
 from synedre.orchestrate import compaction
-from synedre.pipeline import Status
+from synedre.pipeline import QaCheckStatus
 
 BRIEF_TRANSCRIPT_CHARS = 20000
 DEPLOY_LOG_LINES = 60
@@ -46,17 +45,6 @@ def plan(conn: Any, message_id: int, s: Settings) -> Plan:
     return Plan(done, s.max_iso_iterations if only_iso else s.max_iterations, only_iso, reasons)
 
 
-def escalate(conn: Any, message_id: int, p: Plan) -> bool:
-    """Over budget: `escalated` (the alert to the founder follows), in the caller's transaction."""
-    moved = conn.execute("UPDATE synedre.email_states SET status = %s, status_at = now(), updated_at = now(),"
-                         " waiting_reason = NULL WHERE message_id = %s AND status = %s",
-                         (str(Status.ESCALATED), message_id, str(Status.QA_FAILED)))
-    if moved.rowcount == 1:
-        audit(conn, message_id, "escalated", launches=p.done, limit=p.limit, only_iso_mismatch=p.only_iso,
-              reasons=p.reasons)
-    return moved.rowcount == 1
-
-
 def brief(conn: Any, message_id: int) -> str:
     """What the previous run did and how its checks failed, for the iteration prompt."""
     launch = conn.execute("SELECT id, iteration, contract, salvage FROM synedre.launches WHERE message_id = %s"
@@ -70,8 +58,8 @@ def brief(conn: Any, message_id: int) -> str:
         out.append(f"The deploy (./deploy {run['target']} --preprod) failed, exit {run['deploy_exit_code']}; "
                    f"its log ends with:\n{tail}")
     if run is not None:
-        for c in conn.execute("SELECT * FROM synedre.qa_checks WHERE qa_run_id = %s AND status = 'failed'"
-                              " ORDER BY id", (run["id"],)):
+        for c in conn.execute("SELECT * FROM synedre.qa_checks WHERE qa_run_id = %s AND status = %s"
+                              " ORDER BY id", (run["id"], str(QaCheckStatus.FAILED))):
             d = c["detail"] or {}
             lines = [f"Route {c['declared']}" + (f" (checked as {c['resolved']})" if c["resolved"] and
                                                  c["resolved"] != c["declared"] else "")

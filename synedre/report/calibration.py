@@ -29,7 +29,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
-from synedre.pipeline import ALERTED
+from synedre.pipeline import ALERTED, LaunchStatus, Status
 
 GATE_MIN_ITEMS = 30
 GATE_MIN_SUCCESS = 0.90  # the success rate must be strictly above this
@@ -38,7 +38,7 @@ GATE_MIN_SUCCESS = 0.90  # the success rate must be strictly above this
 INTENTS = ("run", "question", "negociation", "conseil", "noise")
 # Noise materializes nothing, so it has no success proxy.
 NO_LINKED_WORK = frozenset({"noise"})
-FAILURE_EVENTS = ("classify_failed", "classify_blocked_unsafe_attachments")
+FAILURE_EVENTS = (str(Status.CLASSIFY_FAILED), "classify_blocked_unsafe_attachments")
 # Statuses that end a message in failure after its launch (the founder was alerted).
 FAILED_AFTER_LAUNCH = tuple(sorted(str(s) for s in ALERTED))
 
@@ -126,7 +126,7 @@ WITH classified AS (
                     AND u.event = 'classification_uncertain') AS uncertain,
          (s.status = ANY(%(failed_after_launch)s)
           OR coalesce((SELECT l.status FROM synedre.launches l WHERE l.message_id = s.message_id
-                        ORDER BY l.id DESC LIMIT 1) = 'failed', false)) AS launch_failed
+                        ORDER BY l.id DESC LIMIT 1) = %(launch_failed)s, false)) AS launch_failed
     FROM synedre.email_states s
     JOIN synedre.raw_messages m ON m.id = s.message_id
     LEFT JOIN synedre.runs r ON r.id = s.run_id
@@ -182,7 +182,8 @@ def collect(conn: psycopg.Connection[Any], days: int = 30,
     if until.tzinfo is None:
         until = until.replace(tzinfo=UTC)
     since = until - timedelta(days=days)
-    window = {"since": since, "until": until, "failed_after_launch": list(FAILED_AFTER_LAUNCH)}
+    window = {"since": since, "until": until, "failed_after_launch": list(FAILED_AFTER_LAUNCH),
+              "launch_failed": str(LaunchStatus.FAILED)}
 
     with conn.cursor(row_factory=tuple_row) as cur:
         rows = {r[0]: r for r in cur.execute(_PER_INTENT, window).fetchall()}
@@ -287,12 +288,12 @@ def report_row(conn: Any, period: str, text: str) -> int:
 def sender_mailbox() -> str:
     """The registry mailbox the report leaves from: `atlas` when it can send, else the
     first one that has an SMTP host."""
-    from synedre.mail import registry
+    from synedre import mailboxes
 
-    boxes = registry.load()
+    boxes = mailboxes.load()
     senders = [b for b in boxes.values() if b.smtp_host]
     if not senders:
-        raise registry.RegistryError("no mailbox of the registry has an smtp_host: the report cannot be mailed")
+        raise mailboxes.RegistryError("no mailbox of the registry has an smtp_host: the report cannot be mailed")
     return next((b.id for b in senders if b.id == "atlas"), senders[0].id)
 
 

@@ -30,6 +30,21 @@ class Vector:
 Embed = Callable[[str], Vector | None]
 
 
+def query_vector(text: str) -> Embed:
+    """The lessons' query vector of `text`, computed now (a network call: before any
+    transaction opens); `load` then only reads it back."""
+    from synedre import ai
+
+    e = ai.embed("lessons_embedding", [text[:2000]])
+    failure = ai.last_failure() or "no embedding"
+
+    def cached(_query: str) -> Vector | None:
+        if e is None:
+            raise RuntimeError(failure)
+        return Vector(e.vectors[0], f"{e.provider}/{e.model}")
+    return cached
+
+
 @dataclass(frozen=True)
 class Persona:
     agent: dict[str, Any]

@@ -16,8 +16,7 @@ from functools import lru_cache
 from pathlib import PurePosixPath
 from string import Template
 
-from synedre import ROOT
-from synedre.spawn import tools
+from synedre import ROOT, agent_tools as tools
 
 VERSION = "v2"
 # The contract lives in the launch's own directory, outside the clone, so that no

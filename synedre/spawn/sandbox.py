@@ -38,7 +38,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from synedre.spawn.runner import RunAs
+from synedre.spawn.launcher import RunAs
 
 SETTINGS_NAME = "claude-settings.json"
 PREFLIGHT_TIMEOUT_S = 10.0

@@ -1,7 +1,7 @@
 """Claude Code's stream-json output: bytes from a pty -> JSON objects -> typed events.
 
 Pure code. The launch shell feeds pty reads to `LineReader`, redacts each object
-(`synedre.spawn.redact`) *before* `parse_event`, so every event's `raw` is already
+(`synedre.redact`) *before* `parse_event`, so every event's `raw` is already
 safe to persist.
 """
 from __future__ import annotations

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from synedre.log import log
-from synedre.spawn.runner import RunAs
+from synedre.spawn.launcher import RunAs
 
 BRANCH_PREFIX = "synedre/"
 GIT_TIMEOUT_S = 120.0  # a checkout of a large tree takes a while; a hung git must not

@@ -134,9 +134,9 @@ def test_another_os_user_on_the_socket_is_refused_even_as_the_application_role(e
 
 
 def test_an_external_database_has_no_agent_url_and_a_launch_gets_no_database_coordinates(tmp_path):
-    from synedre.spawn.stage import agent_env
+    from synedre.spawn.agent import env as agent_env
 
     s = Settings(state_dir=tmp_path, database_url="postgresql://app:S3cret@db.example/synedre")
     assert db.agent_url(s) is None
-    env = agent_env(s, 1, tmp_path)
+    env = agent_env(s, "launch:1", tmp_path)
     assert not {k for k in env if k.startswith("PG")} and "S3cret" not in json.dumps(env)

@@ -10,7 +10,7 @@ from imapclient.exceptions import CapabilityError, IMAPClientAbortError, LoginEr
 
 from synedre.config import Settings
 from synedre.ingest import idle
-from synedre.mail.registry import Mailbox
+from synedre.mailboxes import Mailbox
 
 pytestmark = pytest.mark.unit
 

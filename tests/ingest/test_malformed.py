@@ -18,8 +18,8 @@ from hypothesis import given, settings, strategies as st
 
 from synedre.config import Settings
 from synedre.ingest import mime
-from synedre.ingest.poll import build, ingest_one
 from synedre.pipeline import Status
+from synedre.stages.poll import build, ingest_one
 from tests.conftest import CORPUS
 
 # One delivery of any kind below is stored within this, even on a loaded 2-core machine

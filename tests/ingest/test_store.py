@@ -6,7 +6,7 @@ import psycopg
 
 from synedre.config import Settings
 from synedre.ingest.mime import Reason
-from synedre.ingest.poll import ingest_one
+from synedre.stages.poll import ingest_one
 from tests.conftest import CORPUS
 
 

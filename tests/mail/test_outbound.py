@@ -11,7 +11,8 @@ from psycopg.types.json import Jsonb
 
 from synedre import db as synedre_db
 from synedre.mail import outbound
-from synedre.mail.outbound import MailNotSent, Outcome, Status, build, send_to_founder
+from synedre.mail.outbound import MailNotSent, SendOutcome as Outcome, build, send_to_founder
+from synedre.pipeline import OutboundStatus as Status
 from tests.mail.fixtures import ATLAS, FOUNDER, insert_founder, use_atlas_mailbox
 from tests.services.smtp import start_smtp
 

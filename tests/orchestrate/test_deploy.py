@@ -11,7 +11,7 @@ import pytest
 
 from synedre.orchestrate import deploy
 from synedre.orchestrate.deploy import DeployError, run_deploy
-from synedre.spawn.redact import Redactor
+from synedre.redact import Redactor
 from tests.services.site import start_site
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]

@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw
 from synedre.orchestrate import iso, qa
 from synedre.orchestrate.deploy import run_deploy
 from synedre.orchestrate.qa import ROUTE_NOT_IN_SITEMAP, Browser, SitemapError, check_route, resolve_routes, run_qa
-from synedre.spawn.redact import Redactor
+from synedre.redact import Redactor
 from tests.services.site import page, serve_directory, start_site
 
 # Chromium tests take 60 s at most: ~5 s of Playwright driver and browser start, then 1-3 s

@@ -108,8 +108,7 @@ def test_stage_calls_on_the_wrong_message_say_why_and_change_nothing(workers):
     (w["keys"] / "mistral").write_text("test-key-not-secret")
     mid = deliver(w, PLAIN)
     stack.wait_for(lambda: status_of(w["db"], mid) == "materialized", 60, "materialized")
-    from synedre.classify import stage as classify
-    from synedre.scan import stage as scan
+    from synedre.stages import classify as classify, scan as scan
 
     assert scan.run(mid) == "already past scan (status materialized)"
     assert classify.run(999999) == "no such message"

@@ -9,8 +9,8 @@ import pytest
 
 from synedre import db as dbmod
 from synedre.config import Settings, get_settings
-from synedre.ingest.poll import ingest_one
 from synedre.pipeline import Status
+from synedre.stages.poll import ingest_one
 from tests.services.llm_server import start_llm_server
 
 pytestmark = pytest.mark.timeout(120)
@@ -54,7 +54,7 @@ def test_a_pool_of_two_serves_twenty_concurrent_llm_waits(small_pool, tmp_path, 
                           .encode(), "atlas", 1, i, settings, lambda _: None) for i in range(MESSAGES)]
         with psycopg.connect(url, autocommit=True) as c:
             c.execute("UPDATE synedre.email_states SET status = 'read'")
-        from synedre.classify import stage
+        from synedre.stages import classify as stage
 
         results, errors = {}, []
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from synedre import agent_tools as tools
 from synedre.orchestrate.contract import read_contract
-from synedre.spawn import prompt, runner, tools
-from synedre.spawn.redact import Redactor
-from synedre.spawn.stage import Result, succeeded
+from synedre.redact import Redactor
+from synedre.spawn import launcher, prompt
+from synedre.stages.spawn import LaunchVerdict as Result, succeeded
 from tests.services import stack
 from tests.services.claude_api import ClaudeAPI, ScriptedModel, bash, start_claude_api, text, write
 from tests.spawn.conftest import git
@@ -41,7 +42,7 @@ def api_factory():
 
 
 def launch(repo: Path, api: ClaudeAPI, *, kind: str = "lean", keep: tuple[str, ...] | None = None,
-           user: prompt.LaunchPrompt | None = None, contract: Path | None = None) -> runner.RunOutcome:
+           user: prompt.LaunchPrompt | None = None, contract: Path | None = None) -> launcher.RunOutcome:
     """One launch as the spawn stage builds it: the kind's system prompt with its fence rules,
     the tool policy, SPEC §8's argv, the pty runner."""
     user = user or prompt.user_prompt(message_ref="<m@x>", client="c (envelope)", intent="run",
@@ -51,14 +52,14 @@ def launch(repo: Path, api: ClaudeAPI, *, kind: str = "lean", keep: tuple[str, .
                                   "plan" if kind == "plan" else "leger", "PERSONA")
     contract = contract or repo.parent / "private" / prompt.CONTRACT_NAME
     lane = tools.policy(choice.kind, keep)
-    argv = runner.build_argv(CLAUDE, add_dir=repo, prompt=user.text,
+    argv = launcher.build_argv(CLAUDE, add_dir=repo, prompt=user.text,
                              system_prompt=choice.render(contract_path=str(contract), token=user.token),
                              model="sonnet", max_turns=choice.max_turns, allowed_tools=lane.allowed,
                              disallowed_tools=lane.disallowed)
     home = repo.parent / "home"
     home.mkdir(exist_ok=True)
-    return runner.run(argv, cwd=repo, env={**cli_env(api.url, home), "CLAUDE_CODE_MAX_RETRIES": "0"},
-                      limits=runner.Limits(idle_timeout_s=60, hard_timeout_s=90, budget_s=90),
+    return launcher.run(argv, cwd=repo, env={**cli_env(api.url, home), "CLAUDE_CODE_MAX_RETRIES": "0"},
+                      limits=launcher.Limits(idle_timeout_s=60, hard_timeout_s=90, budget_s=90),
                       redactor=Redactor(), on_events=lambda batch: None, ndjson_path=None)
 
 
@@ -226,12 +227,12 @@ def test_allowed_tools_alone_would_not_narrow_under_bypass_permissions(repo, api
     """Why build_argv also passes --tools: the CLI's --allowed-tools approves, it does not
     take away. If a CLI upgrade changes that, this test says so."""
     api = api_factory(ScriptedModel([[bash("echo ran > ran.txt")], [text("done")]]))
-    argv = runner.build_argv(CLAUDE, add_dir=repo, prompt="p", system_prompt="S", model="sonnet")
+    argv = launcher.build_argv(CLAUDE, add_dir=repo, prompt="p", system_prompt="S", model="sonnet")
     i = argv.index("--append-system-prompt")
     argv[i:i] = ["--allowed-tools", "Read"]
     home = repo.parent / "home"
     home.mkdir()
-    runner.run(argv, cwd=repo, env=cli_env(api.url, home), limits=runner.Limits(budget_s=60),
+    launcher.run(argv, cwd=repo, env=cli_env(api.url, home), limits=launcher.Limits(budget_s=60),
                redactor=Redactor(), on_events=lambda batch: None, ndjson_path=None)
     assert (repo / "ran.txt").read_text() == "ran\n"
 

@@ -322,7 +322,7 @@ def test_spec_flags_against_the_pinned_cli(repo, home, api_factory):
     # The prompt was not eaten by a variadic option.
     assert ok(run)
 
-    # What synedre.spawn.runner.build_argv adds for the tool policy: --tools, then the deny
+    # What synedre.spawn.launcher.build_argv adds for the tool policy: --tools, then the deny
     # rules (spaces inside a rule included) as one variadic argument, ended by the next option.
     args = spec_args(str(repo), PROMPT, SYSTEM, allowed_tools="Bash,Read", max_budget_usd=5)
     i = args.index("--allowed-tools")

@@ -5,9 +5,11 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
+from synedre import runner
 from synedre.config import Settings
 from synedre.db import launches
-from synedre.ingest.poll import ingest_one
+from synedre.pipeline import LaunchStatus, Status
+from synedre.stages.poll import ingest_one
 from tests.conftest import CORPUS
 
 pytestmark = pytest.mark.timeout(60)
@@ -38,7 +40,7 @@ def test_twenty_concurrent_claims_give_exactly_one_launch(db, tmp_path):
         with connect(db) as conn:
             barrier.wait()
             with conn.transaction():
-                claims.append(launches.claim(conn, mid, model="sonnet"))
+                claims.append(runner.claim_launch(conn, mid, model="sonnet"))
     threads = [threading.Thread(target=attempt) for _ in range(20)]
     [t.start() for t in threads]
     [t.join() for t in threads]
@@ -52,20 +54,21 @@ def test_twenty_concurrent_claims_give_exactly_one_launch(db, tmp_path):
 def test_a_superseded_attempt_is_fenced_out(db, tmp_path):
     mid = classified_message(db, tmp_path)
     with connect(db) as conn, conn.transaction():
-        first = launches.claim(conn, mid)
+        first = runner.claim_launch(conn, mid)
     with connect(db) as conn, conn.transaction():  # an operator's retry after the hour
         conn.execute("UPDATE synedre.email_states SET status = 'materialized' WHERE message_id = %s", (mid,))
         conn.execute("UPDATE synedre.audit_log SET at = now() - interval '2 hours' WHERE message_id = %s", (mid,))
-        second = launches.claim(conn, mid)
+        second = runner.claim_launch(conn, mid)
     assert second.attempt == first.attempt + 1
     with connect(db) as conn:
-        with pytest.raises(launches.FencedOut):
+        with pytest.raises(runner.FencedOut):
             with conn.transaction():
                 launches.add_events(conn, first, 0, [("assistant", None, "Bash", {"x": 1})])
         with conn.transaction():
             assert launches.add_events(conn, second, 0, [("system", "init", None, {}),
                                                          ("assistant", None, "Bash", {})]) == 2
-            launches.finish(conn, second, ok=True, status="spawned", reason="result", num_turns=3)
+            runner.finish_launch(conn, second, runner.Done(Status.SPAWNED, "spawn_action_done"),
+                                 outcome=LaunchStatus.SUCCEEDED, reason="result", num_turns=3)
         row = conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s", (mid,)).fetchone()
         assert row["status"] == "spawned"
         events = [r["event"] for r in conn.execute(
@@ -81,11 +84,11 @@ def test_selection_skips_noise_and_recently_launched(db, tmp_path):
             conn.execute("INSERT INTO synedre.audit_log (message_id, event) VALUES (%s, 'spawn_failed')", (mid,))
         assert launches.selectable(conn) == []
         with conn.transaction():
-            assert launches.claim(conn, mid) is None
+            assert runner.claim_launch(conn, mid) is None
 
 
 def test_spending_caps_fail_closed(db, tmp_path):
-    from synedre.spawn.stage import over_budget
+    from synedre.stages.spawn import over_budget
     mid = classified_message(db, tmp_path)
     caps = Settings(max_message_cost_usd=1.0, daily_spend_cap_usd=3.0)
     with connect(db) as conn:

@@ -14,9 +14,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from synedre.agent_tools import DEFAULT_TOOLS
 from synedre.config import Settings
-from synedre.ingest.poll import ingest_one
-from synedre.spawn.tools import DEFAULT_TOOLS
+from synedre.stages.poll import ingest_one
 from tests.conftest import CORPUS
 from tests.services import stack
 from tests.services.claude_api import ScriptedModel, bash, start_claude_api

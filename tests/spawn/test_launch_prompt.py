@@ -4,7 +4,8 @@ import re
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from synedre.spawn import prompt, tools
+from synedre import agent_tools as tools
+from synedre.spawn import prompt
 
 CONTRACT = "/state/launches/7/" + prompt.CONTRACT_NAME
 TOKEN = "0123456789abcdef0123456789abcdef"

@@ -9,8 +9,9 @@ from urllib.parse import quote
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
+from synedre import secrets
 from synedre.config import Settings
-from synedre.spawn.redact import KINDS, MAX_REMEMBERED, MIN_SECRET_LEN, Redactor
+from synedre.redact import KINDS, MAX_REMEMBERED, MIN_SECRET_LEN, Redactor
 from synedre.spawn.stream import LineReader, parse_event
 
 MARKERS = [f"[REDACTED:{k}]" for k in KINDS] + ["[REDACTED]"]
@@ -530,7 +531,7 @@ def test_secret_values_list_every_configured_secret_and_the_redactor_hides_them(
     monkeypatch.setenv("SYNEDRE_ANTHROPIC_API_KEY", "sk-ant-configured-0001")
     s = Settings(_env_file=None, database_url="postgresql://app:Db%40pw-77@db/app",
                  broker_url="redis://:Br0ker-pw-3@redis:6379/0", mailboxes_file=registry)
-    values = s.secret_values()
+    values = secrets.values(s)
     for v in ("sk-ant-configured-0001", "Db%40pw-77", "Db@pw-77", "Br0ker-pw-3", "Atl4s-imap-pw",
               "admin:Fl0wer-pw", "Fl0wer-pw", "Ops-pw-22"):
         assert v in values
@@ -554,7 +555,7 @@ def test_secret_values_survive_an_absent_or_invalid_mailbox_registry(tmp_path, c
     elif content is not None:
         path.write_text(content)
     s = Settings(_env_file=None, mailboxes_file=path, broker_url="redis://:Br0ker-pw-3@redis:6379/0")
-    assert "Br0ker-pw-3" in s.secret_values()
+    assert "Br0ker-pw-3" in secrets.values(s)
 
 
 @pytest.mark.timeout(120)

@@ -8,7 +8,7 @@ from urllib.parse import quote
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from synedre.spawn.redact import KINDS, MIN_SECRET_LEN, Redactor
+from synedre.redact import KINDS, MIN_SECRET_LEN, Redactor
 from synedre.spawn.stream import LineReader
 
 MARKERS = [f"[REDACTED:{k}]" for k in KINDS] + ["[REDACTED]"]

@@ -1,4 +1,4 @@
-"""synedre.spawn.runner against the real `claude` CLI and the scripted local API.
+"""synedre.spawn.launcher against the real `claude` CLI and the scripted local API.
 
 Each test runs the pinned CLI under a pty in a temporary git repository; the scripted
 model (tests/services/claude_api.py) makes it run real Bash / Write tools there.
@@ -15,8 +15,17 @@ from typing import Any
 import psutil
 import pytest
 
-from synedre.spawn.redact import Redactor
-from synedre.spawn.runner import HARD_EXIT, IDLE_EXIT, MAX_ARG_BYTES, Limits, RunOutcome, UnparsedEvent, build_argv, run
+from synedre.redact import Redactor
+from synedre.spawn.launcher import (
+    HARD_EXIT,
+    IDLE_EXIT,
+    MAX_ARG_BYTES,
+    Limits,
+    RunOutcome,
+    UnparsedEvent,
+    build_argv,
+    run,
+)
 from synedre.spawn.stream import AssistantMessage, ResultMessage, SystemInit, UserMessage
 from tests.services.claude_api import ClaudeAPI, ScriptedModel, Sleep, bash, start_claude_api, text, write
 from tests.spawn.conftest import git

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from synedre.spawn import runner, sandbox, tools, workspace
-from synedre.spawn.redact import Redactor
+from synedre import agent_tools as tools
+from synedre.redact import Redactor
+from synedre.spawn import launcher, sandbox, workspace
 from tests.services import stack
 from tests.services.claude_api import ScriptedModel, bash, start_claude_api, text, write
 from tests.spawn.conftest import git
@@ -247,7 +248,7 @@ def test_a_hook_or_fsmonitor_planted_in_the_clone_never_runs_when_the_fleet_brin
         repo, tmp_path):  # noqa: F811
     """What an agent that escaped its sandbox could plant in its own clone: the fleet's fetch,
     merge and clean-up run none of it, as the agent's user or as root."""
-    agent = runner.RunAs.lookup("synedre-agent") if os.geteuid() == 0 else None
+    agent = launcher.RunAs.lookup("synedre-agent") if os.geteuid() == 0 else None
     marker = tmp_path / "planted-ran"
     ws = workspace.open_workspace(repo, base_branch="preprod", name="hooked", root=tmp_path / "clones")
     hooks = ws.path / ".git" / "planted-hooks"
@@ -285,7 +286,7 @@ def test_as_a_non_root_fleet_the_sandbox_alone_keeps_the_agent_off_its_own_trunk
     if subprocess.run(["id", "-u", name], capture_output=True).returncode != 0:
         subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
                         "--shell", "/usr/sbin/nologin", name], check=True, timeout=30)
-    user = runner.RunAs.lookup(name)
+    user = launcher.RunAs.lookup(name)
     top = tmp_path / "fleet"
     top.mkdir()
     for p in [tmp_path, *tmp_path.parents]:
@@ -316,12 +317,12 @@ def test_as_a_non_root_fleet_the_sandbox_alone_keeps_the_agent_off_its_own_trunk
                                           [write(str(outside), "x")], [text("done")]]))
     try:
         lane = tools.policy("lean")
-        argv = runner.build_argv(shutil.which("claude") or "claude", add_dir=[ws, out], settings=settings_file,
+        argv = launcher.build_argv(shutil.which("claude") or "claude", add_dir=[ws, out], settings=settings_file,
                                  prompt="p", system_prompt="S", model="sonnet", allowed_tools=lane.allowed,
                                  disallowed_tools=lane.disallowed)
         env = {k: v for k, v in cli_env(api.url, home).items() if k != "IS_SANDBOX"}  # not root: not needed
         events: list[dict] = []
-        outcome = runner.run(argv, cwd=ws, env=env, limits=runner.Limits(budget_s=180), redactor=Redactor(),
+        outcome = launcher.run(argv, cwd=ws, env=env, limits=launcher.Limits(budget_s=180), redactor=Redactor(),
                              on_events=lambda b: events.extend(p for _, p in b), ndjson_path=None, run_as=user)
     finally:
         api.stop()

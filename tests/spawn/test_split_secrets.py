@@ -4,7 +4,7 @@ Every planted shape of tests/spawn/test_redact.py::SHAPES is cut at every offset
 pieces, and at sampled offsets into three: across partial-message deltas (text, thinking,
 a tool's `partial_json`), across content blocks (of one assistant event, or of consecutive
 assistant events sharing the message id, as Claude Code writes them) and across pty reads
-of the raw bytes. Each stream goes through runner.py's `_Stream` with a real `Redactor`,
+of the raw bytes. Each stream goes through launcher.py's `_Stream` with a real `Redactor`,
 an NDJSON file in tmp_path and a collecting writer; neither the file nor the payloads
 handed to `on_events` (serialized, and as typed events) may hold the secret, JSON-escaped
 or not, nor its base64, nor may what a reader rebuilds by joining the stored pieces again
@@ -22,8 +22,9 @@ from typing import Any, BinaryIO
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from synedre.spawn.redact import Redactor, merge_pieces
-from synedre.spawn.runner import _EventWriter, _Stream
+from synedre import runner
+from synedre.redact import Redactor, merge_pieces
+from synedre.spawn.launcher import _EventWriter, _Stream
 from synedre.spawn.stream import AssistantMessage, ResultMessage, StreamEvent
 from tests.spawn.test_redact import SHAPES
 
@@ -173,7 +174,7 @@ class Stored:
 
 class Collect:
     """A collecting writer, in place of `_EventWriter` (which only moves the same batches to
-    a thread: tests/spawn/test_runner.py) in the exhaustive loops, for their speed."""
+    a thread: tests/spawn/test_launcher.py) in the exhaustive loops, for their speed."""
 
     def __init__(self) -> None:
         self.pairs: list = []
@@ -184,7 +185,7 @@ class Collect:
 
 def store(reads: list[bytes], ndjson: BinaryIO, redactor: Redactor | None = None, *,
           threaded: bool = False) -> Stored:
-    """`reads` through `_Stream` as runner.run drives it: each read fed to the LineReader,
+    """`reads` through `_Stream` as launcher.run drives it: each read fed to the LineReader,
     then the reader closed (as `_drain` does). `ndjson`: the NDJSON file, emptied first."""
     ndjson.seek(0)
     ndjson.truncate()
@@ -485,7 +486,7 @@ def test_cut_secrets_stay_out_of_every_table_the_ndjson_and_the_log(db, tmp_path
     caplog.set_level(logging.DEBUG)
     mid = classified_message(db, tmp_path)
     with connect(db) as conn, conn.transaction():
-        claim = launches.claim(conn, mid, model="sonnet")
+        claim = runner.claim_launch(conn, mid, model="sonnet")
     assert claim is not None
     # One launch's stream: every shape cut through its secret into deltas, partial_json and
     # blocks (two and three pieces), and the base64 of some configured secrets cut likewise.

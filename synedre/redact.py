@@ -451,6 +451,15 @@ class Redactor:
         # repeats them (keys, types, ids) in every event. Emptied whenever the set changes.
         self._clean: set[str] = set()
 
+    def fresh(self) -> Redactor:
+        """A new redactor of the same configured secrets that shares the work done on them
+        (their variants, the automaton finding them) and remembers nothing yet."""
+        self._refresh()
+        other = Redactor()
+        other._configured, other._words = self._configured, set(self._words)
+        other._exact, other._stale = self._exact, False
+        return other
+
     @property
     def remembered(self) -> int:
         """How many values it learned so far (for logs: the values themselves are secrets)."""

@@ -24,7 +24,7 @@ from typing import IO, Any
 import pexpect
 
 from synedre.log import log
-from synedre.spawn.redact import Redactor, merge_pieces
+from synedre.redact import Redactor, merge_pieces
 from synedre.spawn.stream import Event, LineReader, ResultMessage, StreamParseError, SystemInit, parse_event
 
 IDLE_EXIT, HARD_EXIT = 125, 124

@@ -6,20 +6,19 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from imapclient import SEEN, IMAPClient
+from imapclient import SEEN
 
-from synedre import db
+from synedre import db, runner
 from synedre.config import Settings, get_settings
 from synedre.db import messages as sql
 from synedre.ingest import dkim_verify, mime
 from synedre.log import log
-from synedre.mail.registry import Mailbox
+from synedre.mailboxes import Mailbox
 from synedre.pipeline import Status
 
 # Bytes fetched per IMAP round trip, so a backlog of large messages stays flat in memory.
@@ -35,19 +34,6 @@ class PollReport:
     duplicates: int = 0
     failed_uids: list[int] = field(default_factory=list)
 
-
-@contextmanager
-def imap(mailbox: Mailbox, settings: Settings) -> Iterator[IMAPClient]:
-    client = IMAPClient(mailbox.imap_host, port=mailbox.imap_port, ssl=mailbox.imap_tls,
-                        timeout=settings.imap_timeout_s)
-    try:
-        client.login(mailbox.username, mailbox.password())
-        yield client
-    finally:
-        try:
-            client.logout()
-        except Exception:  # the connection may already be gone; nothing to save
-            pass
 
 
 def _dnsfunc(settings: Settings):
@@ -75,7 +61,7 @@ def _parse_failed(raw: bytes, base: dict[str, Any], origin: dict[str, Any], reas
     return sql.NewMessage(
         **base, message_id=mid, synthetic_id=synthetic, envelope_from=sender, subject=subject,
         headers=[], dkim_pass=False, status=Status.PARSE_FAILED, attachments_dir=None, attachments=[],
-        audits=[("poll_inserted", origin), ("parse_failed", {"reason": reason, "error": error})])
+        audits=[("poll_inserted", origin), (str(Status.PARSE_FAILED), {"reason": reason, "error": error})])
 
 
 def build(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: Settings) -> sql.NewMessage:
@@ -109,7 +95,7 @@ def build(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: Settin
         return sql.NewMessage(
             **base, **fields, dkim_pass=False, status=Status.PARSE_FAILED, attachments_dir=None,
             attachments=[], audits=[("poll_inserted", origin), *defects,
-                                    ("parse_failed", {"reason": refused.reason, "error": refused.error})])
+                                    (str(Status.PARSE_FAILED), {"reason": refused.reason, "error": refused.error})])
     dkim = dkim_verify.verify(raw, parsed.from_values, _dnsfunc(settings), settings.dns_timeout_s)
     return sql.NewMessage(
         **base, **fields, dkim_pass=dkim.passed, status=Status.RECEIVED,
@@ -123,7 +109,11 @@ def build(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: Settin
 def _store(new: sql.NewMessage) -> int | None:
     try:
         with db.transaction() as conn:
-            return sql.insert_message(conn, new)
+            mid = sql.insert_raw(conn, new)
+            if mid is not None:
+                runner.admit(conn, mid, new.status, new.attachments_dir)
+                sql.insert_parts(conn, mid, new)
+            return mid
     except Exception:
         if new.attachments_dir:
             shutil.rmtree(new.attachments_dir, ignore_errors=True)
@@ -189,7 +179,7 @@ def poll(mailbox: Mailbox, enqueue: Callable[[int], None], settings: Settings | 
          heartbeat: Callable[[], object] = lambda: None) -> PollReport:
     settings = settings or get_settings()
     report = PollReport(mailbox.id)
-    with imap(mailbox, settings) as client:
+    with mailbox.session(settings.imap_timeout_s) as client:
         info = client.select_folder(mailbox.folder)
         report.uidvalidity = uidvalidity = int(info[b"UIDVALIDITY"])
         uids = client.search(["UNSEEN"])

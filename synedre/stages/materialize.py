@@ -1,8 +1,8 @@
 """Stage `materialize`: exactly one run, question, negotiation or advice (SPEC §7)."""
 from __future__ import annotations
 
-from synedre import db
-from synedre.db import pipeline as sql
+from synedre import runner
+from synedre.db.types import Conn
 from synedre.log import log
 from synedre.materialize.chantier import Candidate, match
 from synedre.message import ParsedMessage
@@ -41,29 +41,26 @@ def _chantier(conn, state: dict, msg: ParsedMessage) -> int | None:
     return match(text, [Candidate(r["id"], r["title"], r["m"]) for r in rows])
 
 
-def run(message_id: int) -> Status | str:
+def run(message_id: int) -> runner.Result:
     """One short transaction: the claim, the constraint-guarded insert, the link, the audit."""
-    with db.transaction() as conn:
-        claim = sql.claim(conn, STAGE, message_id)
-        if claim is None:
-            return sql.why_not(conn, STAGE, message_id)
-        state = claim.state
-        intent, title = state["intent"], (state["subject"] or "(sans objet)")[:300]
-        if intent == "noise":
-            sql.write(conn, claim, Status.NOISE, "materialize_skipped_noise")
-            return Status.NOISE
-        chantier = None
-        if intent in ("run", "question"):
-            extra = {"complexity": state["complexity"]} if intent == "run" else {}
-            table = "runs" if intent == "run" else "questions"
-            new_id = _upsert(conn, table, state, title, extra)
-            chantier = _chantier(conn, state, ParsedMessage.from_claim(state, []))
-            if chantier is not None:
-                conn.execute(f"UPDATE synedre.{table} SET chantier_id = %s WHERE id = %s", (chantier, new_id))
-        else:
-            new_id = _insert_once(conn, "negotiations" if intent == "negociation" else "advices", state, title)
-        sql.write(conn, claim, Status.MATERIALIZED, "materialized",
-                  {"kind": intent, "id": new_id, "chantier_id": chantier},
-                  **{LINKS[intent]: new_id, "chantier_id": chantier})
-    log.info("materialized", message=message_id, kind=intent, id=new_id)
-    return Status.MATERIALIZED
+    return runner.run_in_claim(STAGE, message_id, _work)
+
+
+def _work(conn: Conn, claim: runner.Claim) -> runner.Done:
+    state = claim.state
+    intent, title = state["intent"], (state["subject"] or "(sans objet)")[:300]
+    if intent == "noise":
+        return runner.Done(Status.NOISE, "materialize_skipped_noise")
+    chantier = None
+    if intent in ("run", "question"):
+        extra = {"complexity": state["complexity"]} if intent == "run" else {}
+        table = "runs" if intent == "run" else "questions"
+        new_id = _upsert(conn, table, state, title, extra)
+        chantier = _chantier(conn, state, ParsedMessage.from_claim(state, []))
+        if chantier is not None:
+            conn.execute(f"UPDATE synedre.{table} SET chantier_id = %s WHERE id = %s", (chantier, new_id))
+    else:
+        new_id = _insert_once(conn, "negotiations" if intent == "negociation" else "advices", state, title)
+    return runner.Done(Status.MATERIALIZED, detail={"kind": intent, "id": new_id, "chantier_id": chantier},
+                       fields={LINKS[intent]: new_id, "chantier_id": chantier},
+                       then=lambda: log.info("materialized", message=claim.message_id, kind=intent, id=new_id))

@@ -1,9 +1,14 @@
-"""The mailbox registry: mailbox id -> IMAP/SMTP coordinates and the *name* of its secret."""
+"""The mailbox registry: mailbox id -> IMAP/SMTP coordinates and the *name* of its secret,
+and the one way the fleet opens an IMAP connection to a mailbox."""
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from imapclient import IMAPClient
+from imapclient.exceptions import IMAPClientError
 from pydantic import BaseModel, ValidationError
 
 from synedre.config import get_settings, secret_from_env
@@ -32,6 +37,25 @@ class Mailbox(BaseModel, frozen=True):
             raise RegistryError(
                 f"mailbox {self.id!r}: environment variable {self.password_env} is not set")
         return value
+
+    def client(self, timeout_s: float | None = None) -> IMAPClient:
+        """A connected (not yet logged-in) client; every call bounded by the timeout
+        (SYNEDRE_IMAP_TIMEOUT_S unless given)."""
+        return IMAPClient(self.imap_host, port=self.imap_port, ssl=self.imap_tls,
+                          timeout=timeout_s or get_settings().imap_timeout_s)
+
+    @contextmanager
+    def session(self, timeout_s: float | None = None) -> Iterator[IMAPClient]:
+        """A logged-in client, logged out (if the connection still stands) on the way out."""
+        client = self.client(timeout_s)
+        try:
+            client.login(self.username, self.password())
+            yield client
+        finally:
+            try:
+                client.logout()
+            except (IMAPClientError, OSError):  # the connection may already be gone; nothing to save
+                pass
 
 
 def load(path: Path | None = None) -> dict[str, Mailbox]:

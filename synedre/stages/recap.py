@@ -8,13 +8,13 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from synedre import ai, db
-from synedre.config import Settings, get_settings
-from synedre.db import pipeline as sql
+from synedre import ai, db, runner
+from synedre.config import Settings
+from synedre.db import launches, messages
 from synedre.log import log
 from synedre.mail import outbound
 from synedre.orchestrate import iterations
-from synedre.orchestrate.stage import contract_of, latest_launch
+from synedre.orchestrate.contract import contract_of
 from synedre.pipeline import ALERTED, BY_NAME, Status
 
 STAGE = BY_NAME["recap"]
@@ -37,7 +37,7 @@ def _facts(conn: Any, message_id: int) -> dict[str, Any]:
                   (SELECT name FROM synedre.founder) AS founder
              FROM synedre.raw_messages r JOIN synedre.email_states s ON s.message_id = r.id WHERE r.id = %s""",
         (message_id,)).fetchone()
-    launch = latest_launch(conn, message_id) or {}
+    launch = launches.latest(conn, message_id) or {}
     draft = conn.execute("SELECT body FROM synedre.reply_drafts WHERE message_id = %s", (message_id,)).fetchone()
     return {**head, "launch": launch, "contract": contract_of(launch) if launch else None,
             "qa": iterations.summary(conn, message_id), "draft": draft and draft["body"]}
@@ -85,40 +85,35 @@ def compose(facts: dict[str, Any], draft: str) -> tuple[str, str, list[Path]]:
     return text, html, shots
 
 
-def run(message_id: int, s: Settings | None = None) -> Status | str:
-    s = s or get_settings()
-    with db.transaction() as conn:
-        claim = sql.claim(conn, STAGE, message_id)
-        if claim is None:
-            return sql.why_not(conn, STAGE, message_id)
-        facts = _facts(conn, message_id)
-    with sql.working(claim):
-        draft = facts["draft"]
-        if draft is None:  # once answered, stored before anything else can fail: never paid twice
-            draft, source = draft_reply(facts)
-            with db.transaction() as conn:
-                conn.execute("INSERT INTO synedre.reply_drafts (message_id, question_id, body, source)"
-                             " SELECT %s, question_id, %s, %s FROM synedre.email_states WHERE message_id = %s"
-                             " ON CONFLICT (message_id) DO NOTHING", (message_id, draft, source, message_id))
-        text, html, shots = compose(facts, draft)
-        try:
-            sent = outbound.send_to_founder(db.transaction, facts["mailbox"], message_id, "recap",
-                                            subject=facts["subject"] or "(sans objet)", text=text, html=html,
-                                            attachments=shots)
-        except outbound.MailNotSent as exc:
-            raise RecapDeferred(str(exc)) from exc
-        if sent.outcome == outbound.Outcome.IN_PROGRESS:
-            raise RecapDeferred("another execution is sending this recap")
+def run(message_id: int, s: Settings | None = None) -> runner.Result:
+    return runner.run(STAGE, message_id, lambda conn, claim: _facts(conn, message_id), _work)
+
+
+def _work(claim: runner.Claim, facts: dict[str, Any]) -> runner.Done | runner.Held:
+    message_id = claim.message_id
+    draft = facts["draft"]
+    if draft is None:  # once answered, stored before anything else can fail: never paid twice
+        draft, source = draft_reply(facts)
         with db.transaction() as conn:
-            if sent.outcome == outbound.Outcome.SEND_UNKNOWN:
-                sql.release(conn, claim, reason="recap may have been sent (connection lost during DATA): "
-                            "check the mailbox, then resolve it", event="recap_send_unknown")
-                return "recap send_unknown: an operator must resolve it"
-            sql.write(conn, claim, Status.ACTIONED, "recap_sent",
-                      {"outcome": str(sent.outcome), "rfc_message_id": sent.rfc_message_id,
-                       "attachments": len(shots) - len(sent.skipped), "skipped": [k.name for k in sent.skipped]})
-    log.info("recap_sent", message=message_id, outcome=str(sent.outcome))
-    return Status.ACTIONED
+            conn.execute("INSERT INTO synedre.reply_drafts (message_id, question_id, body, source)"
+                         " SELECT %s, question_id, %s, %s FROM synedre.email_states WHERE message_id = %s"
+                         " ON CONFLICT (message_id) DO NOTHING", (message_id, draft, source, message_id))
+    text, html, shots = compose(facts, draft)
+    try:
+        sent = outbound.send_to_founder(db.transaction, facts["mailbox"], message_id, "recap",
+                                        subject=facts["subject"] or "(sans objet)", text=text, html=html,
+                                        attachments=shots)
+    except outbound.MailNotSent as exc:
+        raise RecapDeferred(str(exc)) from exc
+    if sent.outcome == outbound.SendOutcome.IN_PROGRESS:
+        raise RecapDeferred("another execution is sending this recap")
+    if sent.outcome == outbound.SendOutcome.SEND_UNKNOWN:
+        return runner.Held("recap may have been sent (connection lost during DATA): check the mailbox, then "
+                           "resolve it", "recap_send_unknown")
+    return runner.Done(Status.ACTIONED, "recap_sent", {
+        "outcome": str(sent.outcome), "rfc_message_id": sent.rfc_message_id,
+        "attachments": len(shots) - len(sent.skipped), "skipped": [k.name for k in sent.skipped]},
+        then=lambda: log.info("recap_sent", message=message_id, outcome=str(sent.outcome)))
 
 
 def alert(message_id: int, s: Settings | None = None) -> str:
@@ -155,5 +150,5 @@ def alert(message_id: int, s: Settings | None = None) -> str:
     except outbound.MailNotSent as exc:
         raise RecapDeferred(str(exc)) from exc
     with db.transaction() as conn:
-        sql.audit(conn, message_id, "alert_sent", outcome=str(sent.outcome), status=facts["status"])
+        messages.audit(conn, message_id, "alert_sent", outcome=str(sent.outcome), status=facts["status"])
     return str(sent.outcome)

@@ -1,0 +1,409 @@
+"""The stage runner: the one door through which a message's status changes.
+
+Every write of `email_states.status` is in this module, and each is checked against the
+pipeline table (synedre/pipeline.py): a stage may leave only by one of its exits, and
+only the stage that claimed a message may write its result.
+
+A stage gives the runner three things: what it loads in the claim's transaction, the work
+it does with no transaction open and no connection held, and the result of that work as a
+typed value:
+
+- `Done(status, ...)`: the message moves to one of the stage's exits, with its audit row,
+  fenced by the claim's attempt (a superseded execution writes nothing: `FencedOut`);
+- `Held(why, until)`: the message goes back to the stage's entry status to wait, saying why;
+- `Skip(why)`: nothing was done and nothing written (the message is not at the stage).
+
+A result may also be a function of the write's transaction returning one of these, for a
+stage whose verdict depends on rows it writes with it (the QA plan counts the routes it
+recorded). Claim, work, write: the claim is one short transaction; the write a second one
+that succeeds only while the claim's attempt still owns the message; between the two the
+claim is a lease renewed in the background, and an error hands the message back to its
+entry status at once (audit `stage_error`). The launch (spawn), the QA verdict, the
+escalation, the sweep's reclaim, an operator's retry and the admission of a new message are
+the other doors here, each conditional on the status it leaves.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+from synedre import db
+from synedre.db import launches
+from synedre.db.launches import LaunchClaim
+from synedre.db.messages import audit
+from synedre.db.types import Conn, FencedOut
+from synedre.log import log
+from synedre.pipeline import BY_NAME, STAGES, LaunchStatus, Stage, Status, consumer_of, position, running_stage
+
+L = TypeVar("L")
+SPAWN = BY_NAME["spawn"]
+
+
+# -- results ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Done:
+    """The stage's work is done: the message moves to `status`, one of the stage's exits."""
+    status: Status
+    event: str | None = None  # the audit event; the status's own name when None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    fields: Mapping[str, Any] = field(default_factory=dict)  # columns of the state row written with it
+    then: Callable[[], None] | None = None  # after the commit: files removed, a log line
+
+    @property
+    def audit_event(self) -> str:
+        return str(self.event or self.status)
+
+
+@dataclass(frozen=True)
+class Held:
+    """Back to the stage's entry status to wait: why (the waiting reason an operator reads),
+    until when, the audit event. `retry`: the task should run the stage again later."""
+    why: str
+    event: str
+    until: datetime | None = None
+    retry: bool = False
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Nothing done, nothing written. `moved_on`: the message is past this stage, and the
+    task of the stage it waits for may have been lost (a worker killed between its commit
+    and its enqueue): the caller offers it that stage again."""
+    why: str
+    moved_on: bool = False
+
+
+Result = Done | Held | Skip
+Write = Callable[[Conn], "Done | Held"]
+
+
+
+class RetryRefused(ValueError):
+    """`synedre retry` cannot send this message back (the reason is the message)."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    stage: Stage
+    message_id: int
+    attempt: int
+    state: dict[str, Any]  # the state row joined with its raw message, as claimed
+
+
+# -- running a stage ---------------------------------------------------------------------
+
+def run(stage: Stage, message_id: int, load: Callable[[Conn, Claim], L],
+        work: Callable[[Claim, L], Done | Held | Skip | Write]) -> Result:
+    """Claim, load (in the claim's transaction), work (no transaction open), write."""
+    with db.transaction() as conn:
+        claimed = claim(conn, stage, message_id)
+        if claimed is None:
+            return why_not(conn, stage, message_id)
+        loaded = load(conn, claimed)
+    with working(claimed):
+        result = work(claimed, loaded)
+        if not isinstance(result, Skip):
+            with db.transaction() as conn:
+                result = settle(conn, claimed, result)
+    return _after(result)
+
+
+def run_in_claim(stage: Stage, message_id: int, work: Callable[[Conn, Claim], Done | Held]) -> Result:
+    """For a stage whose work is only SQL: claim, work and write in one short transaction."""
+    with db.transaction() as conn:
+        claimed = claim(conn, stage, message_id)
+        if claimed is None:
+            return why_not(conn, stage, message_id)
+        result = settle(conn, claimed, work(conn, claimed))
+    return _after(result)
+
+
+def settle(conn: Conn, c: Claim, result: Done | Held | Write) -> Done | Held:
+    """Write a claimed stage's result in the caller's transaction."""
+    if not isinstance(result, Done | Held):
+        result = result(conn)
+    if isinstance(result, Done):
+        _write(conn, c, result)
+    elif not _release(conn, c, reason=result.why, event=result.event, until=result.until):
+        raise FencedOut(f"message {c.message_id}: {c.stage.name} attempt {c.attempt} no longer owns it")
+    return result
+
+
+def _after(result: Result) -> Result:
+    if isinstance(result, Done) and result.then is not None:
+        result.then()
+    return result
+
+
+# -- the claimed stage's transitions -------------------------------------------------------
+
+def claim(conn: Conn, stage: Stage, message_id: int) -> Claim | None:
+    """Move the message from one of the stage's entry statuses to its running status, with a
+    new attempt number; None when it is not at an entry status (see `why_not`)."""
+    row = conn.execute(
+        """UPDATE synedre.email_states SET status = %s, stage_attempt = stage_attempt + 1,
+                  claimed_at = now(), status_at = now(), updated_at = now(),
+                  waiting_reason = NULL, waiting_until = NULL
+            WHERE message_id = %s AND status = ANY(%s) RETURNING stage_attempt""",
+        (stage.running, message_id, [str(s) for s in stage.entry])).fetchone()
+    if row is None:
+        return None
+    state = conn.execute(
+        """SELECT s.*, r.mailbox, r.message_id AS message_id_header, r.envelope_from,
+                  r.subject, r.dkim_pass, r.raw
+             FROM synedre.email_states s JOIN synedre.raw_messages r ON r.id = s.message_id
+            WHERE s.message_id = %s""", (message_id,)).fetchone()
+    assert state is not None  # the row was just updated in this transaction
+    return Claim(stage, message_id, row["stage_attempt"], state)
+
+
+def why_not(conn: Conn, stage: Stage, message_id: int) -> Skip:
+    """Why a stage found nothing to do, in words an operator reads."""
+    row = conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s",
+                       (message_id,)).fetchone()
+    if row is None:
+        return Skip("no such message")
+    status = row["status"]
+    if status == stage.running:
+        return Skip(f"{stage.name} already in progress")
+    if (other := running_stage(status)) is not None:
+        return Skip(f"at {status}: {other.name} in progress")
+    if position(status) >= STAGES.index(stage):
+        return Skip(f"already past {stage.name} (status {status})", moved_on=True)
+    return Skip(f"not yet at {stage.name} (status {status})")
+
+
+def _write(conn: Conn, c: Claim, done: Done) -> None:
+    """The stage's result and its audit row, only while the claim still owns the message.
+
+    The audit carries `duration_s`, the time from the claim (its `status_at`, which lease
+    renewals leave alone) to this write by the database's clock (`clock_timestamp()`, so a
+    stage that claims and writes in one transaction, as materialize, is timed too):
+    `synedre metrics` builds the stage histograms from these rows, whichever process or
+    machine wrote them."""
+    _check_exit(c.stage, done.status)
+    sets = "".join(f", {k} = %({k})s" for k in done.fields)
+    row = conn.execute(
+        "UPDATE synedre.email_states SET status = %(status)s, updated_at = now(), status_at = now(),"
+        f" claimed_at = NULL, waiting_reason = NULL, waiting_until = NULL{sets}"
+        " WHERE message_id = %(id)s AND status = %(running)s AND stage_attempt = %(attempt)s"
+        " RETURNING extract(epoch FROM clock_timestamp() - %(claimed)s::timestamptz)::float8 AS duration_s",
+        {"status": str(done.status), "id": c.message_id, "running": str(c.stage.running), "attempt": c.attempt,
+         "claimed": c.state.get("status_at"), **done.fields}).fetchone()
+    if row is None:
+        raise FencedOut(f"message {c.message_id}: {c.stage.name} attempt {c.attempt} no longer owns it")
+    took = {} if row["duration_s"] is None else {"duration_s": round(max(row["duration_s"], 0.0), 6)}
+    # the stage's own detail may not shadow what the machinery records
+    audit(conn, c.message_id, done.audit_event,
+          **{**done.detail, "stage": c.stage.name, "attempt": c.attempt, **took})
+
+
+def _release(conn: Conn, c: Claim, *, reason: str, event: str, until: datetime | None = None) -> bool:
+    """Hand the message back to the stage's entry status to wait; False when superseded."""
+    cur = conn.execute(
+        """UPDATE synedre.email_states SET status = %s, claimed_at = NULL, updated_at = now(),
+                  waiting_reason = %s, waiting_until = %s
+            WHERE message_id = %s AND status = %s AND stage_attempt = %s""",
+        (str(c.stage.entry[0]), reason, until, c.message_id, str(c.stage.running), c.attempt))
+    if cur.rowcount == 1:
+        audit(conn, c.message_id, event, reason=reason, stage=c.stage.name, attempt=c.attempt,
+              until=until.isoformat() if until else None)
+    return cur.rowcount == 1
+
+
+def _check_exit(stage: Stage, status: Status) -> None:
+    if status not in stage.exits:
+        raise ValueError(f"stage {stage.name} cannot end in {status}")
+
+
+# A claim is a lease: the execution holding it renews it every CLAIM_RENEW_S; one not
+# renewed for CLAIM_LEASE_S belongs to a dead worker and the sweep offers the message again.
+CLAIM_RENEW_S = 10.0
+CLAIM_LEASE_S = 40.0
+
+
+def _renew(conn: Conn, c: Claim) -> bool:
+    cur = conn.execute("UPDATE synedre.email_states SET claimed_at = now() WHERE message_id = %s"
+                       " AND status = %s AND stage_attempt = %s", (c.message_id, str(c.stage.running), c.attempt))
+    return cur.rowcount == 1
+
+
+@contextmanager
+def working(c: Claim) -> Iterator[None]:
+    """Around a stage's work and write: the claim's lease is renewed in the background, and
+    an error hands the message back to its entry status with the reason (audit
+    `stage_error`), so a retry or the sweep can take it at once instead of finding it
+    claimed; the error is then re-raised for the task to handle."""
+    stop = threading.Event()
+
+    def keep_alive() -> None:
+        while not stop.wait(CLAIM_RENEW_S):
+            try:
+                with db.transaction() as conn:
+                    if not _renew(conn, c):
+                        return  # superseded or written: nothing left to renew
+            except Exception as exc:  # the database may be restarting: try again next period
+                log.warning("claim_renew_failed", message=c.message_id, stage=c.stage.name,
+                            error=type(exc).__name__)
+    beat = threading.Thread(target=keep_alive, name=f"lease-{c.message_id}", daemon=True)
+    beat.start()
+    try:
+        yield
+    except FencedOut:
+        raise
+    except BaseException as exc:
+        reason = f"error: {type(exc).__name__}: {exc}"[:300]
+        try:
+            with db.transaction() as conn:
+                _release(conn, c, reason=reason, event="stage_error")
+        except Exception as again:  # the database itself may be what failed
+            log.warning("stage_release_failed", message=c.message_id, stage=c.stage.name,
+                        error=type(again).__name__)
+        raise
+    finally:
+        stop.set()
+
+
+def set_waiting(conn: Conn, message_id: int, reason: str, until: datetime | None = None) -> None:
+    """Say why a message at an entry status waits (without claiming it)."""
+    conn.execute("UPDATE synedre.email_states SET waiting_reason = %s, waiting_until = %s WHERE message_id = %s",
+                 (reason, until, message_id))
+
+
+# -- the other doors -------------------------------------------------------------------------
+
+def admit(conn: Conn, message_id: int, status: Status, attachments_dir: str | None) -> None:
+    """A new message's state row, at the status ingestion gave it (poll's exits)."""
+    _check_exit(BY_NAME["poll"], status)
+    conn.execute("INSERT INTO synedre.email_states (message_id, status, attachments_dir) VALUES (%s, %s, %s)",
+                 (message_id, str(status), attachments_dir))
+
+
+def move(conn: Conn, stage: Stage, message_id: int, done: Done, *, at: Status) -> bool:
+    """An unclaimed transition, conditional on the message being at `at` (one of the stage's
+    entry statuses): the last QA route's verdict, the escalation of an iteration over budget.
+    False (and nothing written) when the message was no longer there."""
+    if at not in stage.entry:
+        raise ValueError(f"stage {stage.name} does not take a message at {at}")
+    _check_exit(stage, done.status)
+    moved = conn.execute("UPDATE synedre.email_states SET status = %s, status_at = now(), updated_at = now(),"
+                         " waiting_reason = NULL, waiting_until = NULL WHERE message_id = %s AND status = %s",
+                         (str(done.status), message_id, str(at)))
+    if moved.rowcount == 1:
+        audit(conn, message_id, done.audit_event, **done.detail)
+    return moved.rowcount == 1
+
+
+def claim_launch(conn: Conn, message_id: int, *, iteration: int = 1, **launch: Any) -> LaunchClaim | None:
+    """Take the message for one launch, in the caller's transaction; None if not launchable.
+    A first launch comes from `materialized` (no launch in the last hour unless an operator
+    retried it); iteration n > 1 comes from `qa_failed`, after exactly n - 1 launches."""
+    if iteration > 1:
+        where = ("s.status = %(from)s AND (SELECT count(*) FROM synedre.launches l"
+                 " WHERE l.message_id = s.message_id) = %(done)s")
+        args = {"from": str(Status.QA_FAILED), "done": iteration - 1}
+    else:
+        where = f"s.status = %(from)s AND {launches.LAUNCHABLE_SQL}"
+        args = {"from": str(Status.MATERIALIZED), **launches.LAUNCHABLE_ARGS}
+    row = conn.execute(
+        f"""UPDATE synedre.email_states s
+               SET status = %(to)s, launch_attempt = s.launch_attempt + 1,
+                   updated_at = now(), status_at = now(), claimed_at = now(),
+                   waiting_reason = NULL, waiting_until = NULL
+             WHERE s.message_id = %(id)s AND {where}
+            RETURNING s.launch_attempt""", {"to": str(SPAWN.running), "id": message_id, **args}).fetchone()
+    if row is None:
+        return None
+    return launches.insert(conn, message_id, row["launch_attempt"], iteration=iteration, **launch)
+
+
+def finish_launch(conn: Conn, c: LaunchClaim, done: Done, *, outcome: LaunchStatus, reason: str,
+                  **fields: Any) -> None:
+    """End the launch: its row, the message's status and the audit, fenced by the launch's
+    attempt, in the caller's transaction."""
+    _check_exit(SPAWN, done.status)
+    launches.update(conn, c, status=str(outcome), stop_reason=reason, ended_at="now", **fields)
+    conn.execute("UPDATE synedre.email_states SET status = %s, updated_at = now(), status_at = now(),"
+                 " claimed_at = NULL WHERE message_id = %s AND launch_attempt = %s",
+                 (str(done.status), c.message_id, c.attempt))
+    audit(conn, c.message_id, done.audit_event, attempt=c.attempt, launch_id=c.launch_id, reason=reason,
+          **done.detail)
+
+
+def reclaim_stale(conn: Conn, stage: Stage, *, lease_s: float, batch: int) -> list[int]:
+    """The sweep's door: claims of `stage` whose lease was not renewed for `lease_s` (their
+    worker died) go back to the entry status, not offered again before the stage's limit."""
+    rows = conn.execute(
+        """UPDATE synedre.email_states SET status = %(entry)s, claimed_at = NULL,
+                  updated_at = now(), waiting_reason = %(why)s,
+                  waiting_until = now() + make_interval(secs => %(limit)s)
+            WHERE message_id IN (
+                  SELECT message_id FROM synedre.email_states
+                   WHERE status = %(running)s AND claimed_at < now() - make_interval(secs => %(lease)s)
+                   ORDER BY claimed_at LIMIT %(batch)s FOR UPDATE SKIP LOCKED)
+        RETURNING message_id""",
+        {"entry": str(stage.entry[0]), "running": str(stage.running), "batch": batch,
+         "limit": stage.stuck_after_s, "lease": lease_s,
+         "why": f"re-offered by the sweep: {stage.name} claim not renewed for {lease_s:.0f} s"}).fetchall()
+    for r in rows:
+        audit(conn, r["message_id"], "sweep_reclaimed", stage=stage.name)
+    return [r["message_id"] for r in rows]
+
+
+def retry_target(status: str, from_stage: str | None) -> Stage:
+    """The stage a message at `status` goes back to, or RetryRefused saying why not."""
+    if (busy := running_stage(status)) is not None:
+        raise RetryRefused(f"status {status}: {busy.name} is working on it now")
+    if status == Status.PARSE_FAILED:
+        raise RetryRefused("parse_failed: the message could not be read; no stage can take it")
+    if status == Status.SPAWNED:
+        raise RetryRefused("spawned: the launch succeeded; a launch is never repeated")
+    if from_stage is None:
+        stage = next((s for s in STAGES if status in s.retryable_from), None) or consumer_of(status)
+        if stage is None:
+            raise RetryRefused(f"status {status} is not a failure a stage can retry; give --from STAGE "
+                               "to re-run an earlier stage")
+        return stage
+    stage = BY_NAME.get(from_stage)
+    if stage is None or not stage.entry:
+        raise RetryRefused(f"no stage {from_stage!r} (stages: {', '.join(s.name for s in STAGES if s.entry)})")
+    if status in stage.entry or status in stage.retryable_from:
+        return stage
+    if status == Status.SPAWN_FAILED:
+        raise RetryRefused("spawn_failed: only the launch itself is retried (--from spawn)")
+    if stage.on_stuck == "fail":  # a launch is re-entered only from its own failure
+        raise RetryRefused(f"status {status}: {stage.name} is re-entered only from "
+                           f"{', '.join(stage.retryable_from)}; a launch that succeeded is never repeated")
+    if position(status) < STAGES.index(stage) - 1:
+        raise RetryRefused(f"status {status} has not reached {stage.name} yet")
+    return stage
+
+
+def reenter(conn: Conn, message_id: int, from_stage: str | None, *, reason: str,
+            by: str) -> tuple[Stage, str]:
+    """Move the message to a stage's first entry status with a `retry_requested` audit;
+    returns (that stage, the status it left). The attempt number moves on, so a late
+    write of an older execution is fenced out."""
+    row = conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s FOR UPDATE",
+                       (message_id,)).fetchone()
+    if row is None:
+        raise RetryRefused(f"no message {message_id}")
+    target = retry_target(row["status"], from_stage)
+    conn.execute(
+        """UPDATE synedre.email_states SET status = %s, stage_attempt = stage_attempt + 1,
+                  claimed_at = NULL, status_at = now(), updated_at = now(),
+                  waiting_reason = NULL, waiting_until = NULL WHERE message_id = %s""",
+        (str(target.entry[0]), message_id))
+    audit(conn, message_id, "retry_requested", reason=reason, by=by, stage=target.name,
+          from_status=row["status"], to_status=str(target.entry[0]))
+    return target, row["status"]
+
+
+__all__ = ["CLAIM_LEASE_S", "Claim", "Done", "FencedOut", "Held", "Result", "RetryRefused", "Skip",
+           "Write", "admit", "claim", "claim_launch", "finish_launch", "move", "reclaim_stale", "reenter",
+           "retry_target", "run", "run_in_claim", "set_waiting", "settle", "why_not", "working"]

@@ -1,0 +1,190 @@
+"""Stages `qa` and `qa_route` (SPEC §9.3–9.5): the contract's routes re-resolved against the
+target's sitemap, then one check per route on any QA worker, joined in PostgreSQL.
+
+`plan` claims the message, resolves the routes and writes one `qa_checks` row each (a
+route absent from the sitemap is failed there, without a browser run); the task then
+enqueues one `qa_route` task per route to check. `check_one` claims one pending route of
+the message (`FOR UPDATE SKIP LOCKED`: several workers share a message's routes), checks
+it in Chromium with no transaction open, writes its result, and the last one to finish
+moves the message to `qa_passed` or `qa_failed` with a conditional UPDATE.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from synedre import db, runner, secrets
+from synedre.config import Settings, get_settings
+from synedre.db import launches
+from synedre.db.types import Conn
+from synedre.log import log
+from synedre.orchestrate import iso, qa
+from synedre.orchestrate.contract import contract_of
+from synedre.pipeline import BY_NAME, QaCheckStatus, Status
+
+PLAN, ROUTE = BY_NAME["qa"], BY_NAME["qa_route"]
+QA_DIR = PLAN.name  # under the message's private directory, the QA runs' proofs
+CHECK_LEASE_S = 300  # a route claimed longer ago than this belongs to a dead QA worker
+
+
+def shots_dir(s: Settings, message_id: int, run_id: int) -> Path:
+    """The message's private directory for this run's proof (0700 all the way down)."""
+    path = (s.state_dir / "messages" / str(message_id) / QA_DIR / f"run-{run_id}").resolve()
+    path.parents[3].mkdir(parents=True, exist_ok=True)  # a fresh QA host has no state dir yet
+    for p in (path.parents[2], path.parents[1], path.parent, path):
+        p.mkdir(exist_ok=True, mode=0o700)
+        os.chmod(p, 0o700)
+    return path
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    launch: dict[str, Any]
+    run: dict[str, Any]
+
+
+def plan(message_id: int, s: Settings | None = None) -> tuple[runner.Result, int]:
+    """(the result, routes left to check: one `qa_route` task each)."""
+    s = s or get_settings()
+    pending = [0]
+    result = runner.run(PLAN, message_id, _load_plan, lambda claim, x: _plan(claim, x, s, pending))
+    return result, pending[0]
+
+
+def _load_plan(conn: Conn, claim: runner.Claim) -> _Loaded:
+    launch = launches.latest(conn, claim.message_id)
+    if launch is None:
+        raise LookupError(f"message {claim.message_id} is deployed but has no launch")
+    return _Loaded(launch, _one(conn, "SELECT * FROM synedre.qa_runs WHERE launch_id = %s", launch["id"]))
+
+
+def _plan(claim: runner.Claim, x: _Loaded, s: Settings, pending: list[int]) -> runner.Write:
+    routes = list(getattr(contract_of(x.launch), "routes_to_qa", []))
+    sitemap_error: str | None = None
+    try:
+        sitemap = qa.fetch_sitemap(x.run["base_url"], s.qa_timeout_s)
+        resolutions = qa.resolve_routes(routes, sitemap)
+    except qa.SitemapError as exc:
+        resolutions, sitemap_error = [], str(exc)[:300]
+
+    def write(conn: Conn) -> runner.Done:
+        for r in resolutions:
+            unresolved = r.resolved is None
+            conn.execute(
+                """INSERT INTO synedre.qa_checks (qa_run_id, declared, resolved, resolution, status, reasons)
+                   VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (qa_run_id, declared) DO NOTHING""",
+                (x.run["id"], r.declared, r.resolved, r.reason,
+                 str(QaCheckStatus.FAILED if unresolved else QaCheckStatus.PENDING),
+                 Jsonb([r.reason] if unresolved else [])))
+        pending[0] = _one(conn, "SELECT count(*) AS n FROM synedre.qa_checks WHERE qa_run_id = %s"
+                                " AND status = %s", x.run["id"], str(QaCheckStatus.PENDING))["n"]
+        detail = {"routes": routes, "resolved": {r.declared: [r.resolved, r.reason] for r in resolutions},
+                  "to_check": pending[0]}
+        if sitemap_error is None and pending[0] > 0:
+            return runner.Done(Status.QA, "qa_planned", detail)
+        pending[0] = 0
+        _verdict(conn, x.run["id"], passed=False, only_iso=False)
+        return runner.Done(Status.QA_FAILED, detail={
+            **detail, "reason": sitemap_error and f"sitemap: {sitemap_error}" or "no declared route is in the sitemap"})
+    return write
+
+
+def check_one(message_id: int, s: Settings | None = None) -> runner.Result:
+    """Check one route of the message; Done with the verdict when this check was the last."""
+    s = s or get_settings()
+    with db.transaction() as conn:
+        row = conn.execute(
+            f"""UPDATE synedre.qa_checks SET status = %(running)s, claimed_at = now()
+                 WHERE id = (SELECT c.id FROM synedre.qa_checks c
+                               JOIN synedre.qa_runs r ON r.id = c.qa_run_id
+                               JOIN synedre.email_states e ON e.message_id = r.message_id
+                              WHERE r.message_id = %(id)s AND e.status = %(at)s AND r.verdict IS NULL
+                                AND (c.status = %(pending)s OR (c.status = %(running)s
+                                     AND c.claimed_at < now() - interval '{CHECK_LEASE_S} seconds'))
+                              ORDER BY c.id LIMIT 1 FOR UPDATE OF c SKIP LOCKED)
+             RETURNING id, qa_run_id, declared, resolved""",
+            {"id": message_id, "at": str(Status.QA), "running": str(QaCheckStatus.RUNNING),
+             "pending": str(QaCheckStatus.PENDING)}).fetchone()
+        if row is None:
+            return runner.why_not(conn, ROUTE, message_id) if _status(conn, message_id) != Status.QA \
+                else runner.Skip("no route left to check")
+        run = _one(conn, "SELECT * FROM synedre.qa_runs WHERE id = %s", row["qa_run_id"])
+        mockup = _mockup(conn, message_id, row["resolved"], row["declared"])
+    shot = shots_dir(s, message_id, run["id"]) / f"check-{row['id']}.png"
+    try:
+        result = qa.check_route(run["base_url"], row["resolved"], shot, s.qa_timeout_s, mockup, s.iso_threshold,
+                                redact=secrets.redactor(s).redact_text)
+        reasons, detail = list(result.reasons), _detail(result)
+    except (qa.BrowserUnavailable, iso.IsoError) as exc:  # no browser here, an unreadable mock-up
+        result, reasons, detail = None, ["browser_error"], {"error": str(exc)[:300]}
+    with db.transaction() as conn:
+        conn.execute(
+            """UPDATE synedre.qa_checks SET status = %s, reasons = %s, detail = %s, http_status = %s,
+                      screenshot = %s, diff_image = %s WHERE id = %s AND status = %s""",
+            (str(QaCheckStatus.FAILED if reasons else QaCheckStatus.PASSED), Jsonb(reasons), Jsonb(detail),
+             result.http_status if result else None,
+             str(result.screenshot) if result and result.screenshot else None,
+             str(result.iso.diff_image) if result and result.iso and result.iso.diff_image else None, row["id"],
+             str(QaCheckStatus.RUNNING)))
+        return _last_check(conn, message_id, run["id"], row["resolved"])
+
+
+def _last_check(conn: Conn, message_id: int, run_id: int, route: str) -> runner.Result:
+    """When no route of the run is left, the verdict: the last check to finish moves the
+    message on; a concurrent last one finds it moved."""
+    left = _one(conn, "SELECT count(*) AS n FROM synedre.qa_checks WHERE qa_run_id = %s AND status = ANY(%s)",
+                run_id, [str(QaCheckStatus.PENDING), str(QaCheckStatus.RUNNING)])["n"]
+    if left:
+        return runner.Skip(f"checked {route}; {left} route(s) left")
+    checks = conn.execute("SELECT status, reasons FROM synedre.qa_checks WHERE qa_run_id = %s", (run_id,)).fetchall()
+    passed = all(c["status"] == QaCheckStatus.PASSED for c in checks)
+    failed_reasons = {r for c in checks for r in c["reasons"]}
+    only_iso = not passed and failed_reasons == {iso.ISO_MISMATCH}
+    verdict = runner.Done(Status.QA_PASSED if passed else Status.QA_FAILED,
+                          detail={"routes": len(checks), "reasons": sorted(failed_reasons),
+                                  "only_iso_mismatch": only_iso})
+    if not runner.move(conn, ROUTE, message_id, verdict, at=Status.QA):
+        return runner.Skip("verdict already written")
+    _verdict(conn, run_id, passed=passed, only_iso=only_iso)
+    log.info("qa_verdict", message=message_id, passed=passed, reasons=sorted(failed_reasons))
+    return verdict
+
+
+def _one(conn: Any, query: str, *args: Any) -> dict[str, Any]:
+    row = conn.execute(query, args).fetchone()
+    if row is None:
+        raise LookupError(f"expected a row: {query[:60]}")
+    return row
+
+
+def _status(conn: Any, message_id: int) -> str | None:
+    row = conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s", (message_id,)).fetchone()
+    return row["status"] if row else None
+
+
+def _verdict(conn: Any, run_id: int, *, passed: bool, only_iso: bool) -> None:
+    conn.execute("UPDATE synedre.qa_runs SET verdict = %s, only_iso_mismatch = %s, ended_at = now() WHERE id = %s",
+                 ("passed" if passed else "failed", only_iso, run_id))
+
+
+def _mockup(conn: Any, message_id: int, resolved: str, declared: str) -> Path | None:
+    row = conn.execute(
+        """SELECT m.path FROM synedre.mockups m JOIN synedre.email_states e ON e.chantier_id = m.chantier_id
+            WHERE e.message_id = %s AND m.route IN (%s, %s) ORDER BY m.route = %s DESC LIMIT 1""",
+        (message_id, resolved, qa.normalize_path(declared), resolved)).fetchone()
+    return Path(row["path"]) if row else None
+
+
+def _detail(r: qa.RouteResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"console_errors": list(r.console_errors), "page_errors": list(r.page_errors),
+                           "failed_requests": list(r.failed_requests)}
+    if r.error:
+        out["error"] = r.error
+    if r.iso is not None:
+        out["iso"] = {"mismatch_ratio": round(r.iso.mismatch_ratio, 4), "threshold": r.iso.threshold,
+                      "mismatched_pixels": r.iso.mismatched_pixels, "compared_pixels": r.iso.compared_pixels}
+    return out

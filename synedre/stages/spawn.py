@@ -1,0 +1,368 @@
+"""Stage `spawn`: launch the coding agent once per message, observed and bounded (SPEC §8).
+
+Guards in order: the kill switches, the message's Redis lock (a duplicate, a redelivery,
+a manual call, a second worker: `spawn_skipped_lock_held`), a fleet-wide slot, then the
+PostgreSQL claim, the source of truth, whose attempt number fences every later write.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from synedre import agent_tools as tools, db, incidents, kv, runner, secrets
+from synedre.config import Settings, get_settings
+from synedre.db import launches, messages
+from synedre.db.launches import LaunchClaim
+from synedre.log import log
+from synedre.message import ParsedMessage
+from synedre.orchestrate import iterations
+from synedre.orchestrate.contract import read_contract
+from synedre.pipeline import BY_NAME, LaunchStatus, Status
+from synedre.spawn import agent, launcher, locks, persona, prompt, routing, sandbox, workspace
+
+DEFAULT_AGENT = "atlas"
+FLEET_CAP = "fleet spend today"
+STAGE = BY_NAME["spawn"]
+SUCCESS_STATUS, FAILED_STATUS = Status.SPAWNED, Status.SPAWN_FAILED
+
+
+class NoSlot(Exception):
+    """Three launches already run fleet-wide: try again later (transient)."""
+
+
+@dataclass(frozen=True)
+class LaunchVerdict:
+    ok: bool
+    reason: str
+    status: Status | None = None  # the message's status when it is not spawned / spawn_failed
+
+    @property
+    def message_status(self) -> Status:
+        return self.status or (SUCCESS_STATUS if self.ok else FAILED_STATUS)
+
+    @property
+    def done(self) -> runner.Done:
+        return runner.Done(self.message_status, "spawn_action_done" if self.ok else str(Status.SPAWN_FAILED))
+
+
+def over_budget(conn, message_id: int, s: Settings) -> str | None:
+    """Spending fails closed: the message's own total, then the fleet's day (whose reason
+    starts with FLEET_CAP)."""
+    row = conn.execute(
+        """SELECT (SELECT coalesce(sum(cost_usd), 0) FROM synedre.launches WHERE message_id = %s) AS mine,
+                  (SELECT usd FROM synedre.spend_today) AS day""",  # launches and persona asks
+        (message_id,)).fetchone()
+    if row["mine"] >= s.max_message_cost_usd:
+        return f"message cost {row['mine']} >= {s.max_message_cost_usd} USD"
+    if row["day"] >= s.daily_spend_cap_usd:
+        return f"{FLEET_CAP} {row['day']} >= {s.daily_spend_cap_usd} USD"
+    return None
+
+
+def succeeded(outcome: launcher.RunOutcome, max_turns: int | None, contract_valid: bool,
+              contract_committed: bool = False) -> LaunchVerdict:
+    """SPEC §8: never trust the exit code alone. A contract file in the agent's commits is
+    refused whatever it says: the launch's contract lives outside the repository, and one
+    that travels with the code could pass for a later launch's."""
+    r = outcome.result
+    if r is None:
+        return LaunchVerdict(False, outcome.stop_reason)
+    if r.subtype != "success" or r.is_error:
+        return LaunchVerdict(False, f"result:{r.subtype}:is_error={r.is_error}")
+    if r.permission_denials:
+        return LaunchVerdict(False, "permission_denials")
+    if max_turns is not None and (r.num_turns or 0) > max_turns:
+        return LaunchVerdict(False, "turn_cap_exceeded")
+    if contract_committed:
+        return LaunchVerdict(False, "contract_committed")
+    if not contract_valid:
+        return LaunchVerdict(False, "invalid_contract")
+    return LaunchVerdict(True, "success")
+
+
+def run(message_id: int, s: Settings | None = None, stop: threading.Event | None = None) -> runner.Result:
+    """The launch's result: Done (its verdict written), Held (paused, over budget) or Skip."""
+    s = s or get_settings()
+    r = kv.client()
+    if reason := locks.spawn_disabled(r, s.spawn_disabled):
+        why = f"held: launches paused ({reason})"
+        hold(message_id, why)
+        log.warning("spawn_disabled", message=message_id, reason=reason)
+        return runner.Held(why, "spawn_held")
+    lock = locks.MessageLock(r, str(message_id))
+    if not lock.acquire():
+        with db.transaction() as conn:
+            messages.audit(conn, message_id, "spawn_skipped_lock_held", holder=lock.holder())
+        return runner.Skip("another worker holds the launch lock")
+    slot = locks.LaunchSemaphore(r, limit=s.max_concurrent_launches)
+    beats = []
+    try:
+        if not slot.acquire():
+            raise NoSlot(f"{s.max_concurrent_launches} launches already running")
+        stop = stop or threading.Event()
+        beats = [locks.Heartbeat(g, on_lost=stop.set) for g in (lock, slot)]
+        for b in beats:
+            b.start()
+        return _launch(message_id, s, stop)
+    finally:
+        for b in beats:
+            b.stop()
+        for guard in (slot, lock):  # each on its own: one failing must not keep the other
+            try:
+                guard.release()
+            except locks.LaunchGuardUnavailable as exc:
+                log.warning("spawn_release_failed", message=message_id, error=str(exc))
+
+
+def hold(message_id: int, reason: str, until: datetime | None = None) -> None:
+    """Say why a launchable message waits (paused, no slot); audited once per reason."""
+    with db.transaction() as conn:
+        row = conn.execute("SELECT status, waiting_reason FROM synedre.email_states WHERE message_id = %s",
+                           (message_id,)).fetchone()
+        if row is None or row["status"] not in STAGE.entry:
+            return
+        runner.set_waiting(conn, message_id, reason, until)
+        if row["waiting_reason"] != reason:
+            messages.audit(conn, message_id, "spawn_held", reason=reason)
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """What a launch reads before it claims: the message, its route, its iteration."""
+    state: dict[str, Any]
+    msg: ParsedMessage
+    planned: routing.Planned
+    iteration: int
+    brief: str | None
+
+
+def _launch(message_id: int, s: Settings, stop: threading.Event) -> runner.Result:
+    # 1. read what the launch needs, in one short read-only transaction
+    with db.transaction() as conn:
+        loaded = _load(conn, message_id, s)
+    if isinstance(loaded, runner.Held) and loaded.why.startswith(f"held: spending cap ({FLEET_CAP}"):
+        incidents.safely(incidents.spend_cap(loaded.why, s.daily_spend_cap_usd))  # once an hour
+    if not isinstance(loaded, _Loaded):
+        return loaded
+    state, msg = loaded.state, loaded.msg
+    # 2. the network, with no transaction open: the embedding and the proxy's health check
+    vector = persona.query_vector(f"{msg.subject}\n{msg.split.cover}")
+    route = routing.check_proxy(loaded.planned, routing.http_healthy)
+    # 3. the claim (the source of truth against a second launch), persona and audits
+    with db.transaction() as conn:
+        bundle = persona.load(conn, DEFAULT_AGENT, query="", embed=vector, chantier_id=state["chantier_id"])
+        system = prompt.system_prompt(state["intent"], state["complexity"], persona.render(bundle))
+        claim = runner.claim_launch(conn, message_id, iteration=loaded.iteration, agent_codename=DEFAULT_AGENT,
+                                    model=route.model, model_route=route.as_dict(), system_prompt=system.kind,
+                                    max_turns=system.max_turns)
+        if claim is None:
+            return runner.why_not(conn, STAGE, message_id)
+        if bundle.lessons_error:
+            messages.audit(conn, message_id, "persona_lessons_failed", error=bundle.lessons_error)
+        if route.fallback_reason:
+            messages.audit(conn, message_id, "model_route_fallback", reason=route.fallback_reason)
+    client = f"{state['client_codename'] or 'unknown'} ({state['client_source'] or 'unknown'})"
+    user = prompt.user_prompt(
+        message_ref=state["message_id_header"], client=client,
+        intent=state["intent"], complexity=state["complexity"], confidence=state["confidence"] or 0.0,
+        rationale=state["rationale"] or "", cover=msg.split.cover, quoted=msg.split.quoted, iteration=loaded.brief,
+        attachments=msg.attachment_names, subject=msg.subject)
+    return _Launch(claim, s, system, route.model, stop).run(user)
+
+
+def _load(conn, message_id: int, s: Settings) -> _Loaded | runner.Result:
+    """The message at an entry status, or why not: over budget (held), over its iteration
+    budget (escalated, the one write here), not launchable."""
+    state = conn.execute(
+        """SELECT s.*, r.mailbox, r.message_id AS message_id_header, r.envelope_from, r.subject,
+                  r.dkim_pass, r.raw, c.codename AS client_codename
+             FROM synedre.email_states s JOIN synedre.raw_messages r ON r.id = s.message_id
+             LEFT JOIN synedre.clients c ON c.id = s.client_id
+            WHERE s.message_id = %s AND s.status = ANY(%s)""",
+        (message_id, [str(x) for x in STAGE.entry])).fetchone()
+    if state is None:
+        return runner.why_not(conn, STAGE, message_id)
+    if reason := over_budget(conn, message_id, s):
+        messages.audit(conn, message_id, "spawn_skipped_budget", reason=reason)
+        runner.set_waiting(conn, message_id, f"held: spending cap ({reason})")
+        log.warning("spawn_skipped_budget", message=message_id, reason=reason)
+        return runner.Held(f"held: spending cap ({reason})", "spawn_skipped_budget")
+    msg = ParsedMessage.from_claim(state, messages.attachments(conn, message_id))
+    planned = routing.plan(conn, state["client_id"], state["chantier_id"])
+    if state["status"] != Status.QA_FAILED:
+        return _Loaded(state, msg, planned, 1, None)
+    plan = iterations.plan(conn, message_id, s)  # the checks failed: iterate, or escalate
+    if not plan.escalate:
+        return _Loaded(state, msg, planned, plan.next, iterations.brief(conn, message_id))
+    escalated = runner.Done(Status.ESCALATED, detail={"launches": plan.done, "limit": plan.limit,
+                                                      "only_iso_mismatch": plan.only_iso, "reasons": plan.reasons})
+    if not runner.move(conn, STAGE, message_id, escalated, at=Status.QA_FAILED):
+        return runner.why_not(conn, STAGE, message_id)
+    log.warning("escalated", message=message_id, iterations=plan.done, limit=plan.limit)
+    return escalated
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where one launch's files live: under `<state>/agent/<id>` (spawn/agent.py) its home,
+    the contract's own directory and the CLI's settings (the fleet's, readable by the agent's
+    group only); the clones beside; under `<state>/launches/<id>`, private to the fleet, the
+    NDJSON stream."""
+    base: Path
+    mine: Path
+    home: Path
+    out: Path
+    clones: Path
+
+    @property
+    def contract(self) -> Path:
+        return self.out / prompt.CONTRACT_NAME
+
+
+def _layout(s: Settings, launch_id: int, run_as: launcher.RunAs | None) -> _Layout:
+    base = workspace.private_dir((s.state_dir / "launches" / str(launch_id)).resolve())
+    d = agent.dirs(s, str(launch_id), run_as)
+    return _Layout(base, d.mine, d.home, d.own("out"), agent.clones_root(s, run_as))
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """One claimed launch, from its workspace to its verdict written."""
+    claim: LaunchClaim
+    s: Settings
+    system: prompt.SystemChoice
+    model: str
+    stop: threading.Event
+
+    def fail(self, reason: str, error: str, outcome: LaunchStatus = LaunchStatus.FAILED,
+             **audit: object) -> runner.Done:
+        """A launch that could not start its agent: failed, with why, audited."""
+        done = LaunchVerdict(False, reason).done
+        with db.transaction() as conn:
+            runner.finish_launch(conn, self.claim, done, outcome=outcome, reason=reason, salvage={"error": error})
+            if audit:
+                messages.audit(conn, self.claim.message_id, reason, error=error, **audit)
+        log.error(f"spawn_{reason}", message=self.claim.message_id, error=error)
+        return done
+
+    def run(self, user: prompt.LaunchPrompt) -> runner.Done:
+        s, claim = self.s, self.claim
+        lane = tools.policy(self.system.kind, tools.configured(s.agent_tools))
+        try:
+            run_as = agent.user(s)
+        except (KeyError, ValueError) as exc:  # fail closed: the agent never runs as root by mistake
+            return self.fail("agent_user_unavailable", f"SYNEDRE_AGENT_USER={s.agent_user}: {exc}")
+        # Private until the agent is done (see workspace.private_files); the merge comes after.
+        with workspace.private_files():
+            where = _layout(s, claim.launch_id, run_as)
+            ws = self.open_clone(where, run_as)
+            if isinstance(ws, runner.Done):
+                return ws
+            env = agent.env(s, f"launch:{claim.launch_id}", where.home, where.contract, run_as)
+            settings_file = self.confine(ws, where, run_as, lane)
+            if unavailable := sandbox.preflight(env["PATH"], run_as):  # before any agent process or model call
+                workspace.close_workspace(ws)
+                return self.fail("sandbox_unavailable", unavailable, LaunchStatus.SANDBOX_UNAVAILABLE,
+                                 path=env["PATH"])
+            argv = launcher.build_argv(s.claude_bin, add_dir=[ws.path, where.out], settings=settings_file,
+                                     prompt=user.text, model=self.model, max_turns=self.system.max_turns,
+                                     system_prompt=self.system.render(contract_path=str(where.contract),
+                                                                      token=user.token),
+                                     allowed_tools=lane.allowed, disallowed_tools=lane.disallowed,
+                                     max_budget_usd=s.max_budget_usd)
+            log.info("spawn_started", message=claim.message_id, attempt=claim.attempt, model=self.model,
+                     kind=self.system.kind, tools=",".join(lane.allowed), agent_user=run_as.name if run_as else None)
+            outcome = launcher.run(argv, cwd=ws.path, env=env, limits=launcher.Limits(
+                idle_timeout_s=s.idle_timeout_s, hard_timeout_s=s.hard_timeout_s, budget_s=s.launch_budget_s),
+                redactor=secrets.redactor(s), on_events=self.persist(), ndjson_path=where.base / "events.ndjson",
+                on_session=self.on_session, stop=self.stop, umask=workspace.PRIVATE_UMASK, run_as=run_as)
+        return self.conclude(ws, where, outcome)
+
+    def open_clone(self, where: _Layout, run_as: launcher.RunAs | None) -> workspace.Workspace | runner.Done:
+        """The launch's own clone of the repository (an empty one when none is configured,
+        so git still works); never the trunk instead."""
+        s, claim = self.s, self.claim
+        repo = s.workspace_repo or where.base / "scratch"
+        try:
+            if s.workspace_repo is None:
+                workspace.init_scratch(repo, s.workspace_base_branch)
+            ws = workspace.open_workspace(Path(repo), base_branch=s.workspace_base_branch, root=where.clones,
+                                          name=f"msg-{claim.message_id}-a{claim.attempt}", owner=run_as)
+        except (workspace.WorkspaceError, OSError) as exc:
+            return self.fail("workspace_unavailable", str(exc), repo=str(repo))
+        where.contract.unlink(missing_ok=True)  # absent before the agent starts: only its own counts
+        workspace.private_file(where.base / "events.ndjson")
+        return ws
+
+    def confine(self, ws: workspace.Workspace, where: _Layout, run_as: launcher.RunAs | None,
+                lane: tools.ToolPolicy) -> Path:
+        """The sandbox's settings written for the CLI, and recorded on the launch's row."""
+        rules = sandbox.settings(workspace=ws.path, contract_dir=where.out, launch_dir=where.mine, repo=ws.repo,
+                                 state_dir=self.s.state_dir,
+                                 domains=sandbox.allowed_domains(self.s.agent_allowed_domains))
+        settings_file = sandbox.write_settings(where.mine / sandbox.SETTINGS_NAME, rules, run_as)
+        with db.transaction() as conn:
+            launches.update(conn, self.claim, worktree=str(ws.path), branch=ws.branch,
+                            ndjson_path=str(where.base / "events.ndjson"), agent_tools=lane.as_record(),
+                            contract_path=str(where.contract), sandbox=rules)
+        return settings_file
+
+    def persist(self) -> Callable[[launcher.Batch], None]:
+        seq = [0]
+
+        def persist(batch: launcher.Batch) -> None:
+            with db.transaction() as conn:
+                seq[0] = launches.add_events(conn, self.claim, seq[0], [
+                    (e.event_type, e.subtype, e.tool_name, payload) for e, payload in batch])
+        return persist
+
+    def on_session(self, session_id: str) -> None:
+        with db.transaction() as conn:
+            launches.update(conn, self.claim, session_id=session_id)
+
+    def conclude(self, ws: workspace.Workspace, where: _Layout, outcome: launcher.RunOutcome) -> runner.Done:
+        """The verdict, the branch brought back and merged (only after a success), the row."""
+        # Its processes are gone: what it left can be looked at safely (a plain file of its own).
+        workspace.settle_agent_file(where.contract)
+        collect_error = workspace.collect(ws)
+        contract = read_contract(where.contract, "lean" if self.system.kind == "lean" else "rich")
+        committed = prompt.committed_contracts(workspace.committed_paths(ws))
+        verdict = succeeded(outcome, self.system.max_turns, contract.valid, contract_committed=bool(committed))
+        r, launch_outcome = outcome.result, LaunchStatus.SUCCEEDED if verdict.ok else LaunchStatus.FAILED
+        if r is not None and r.raw.get("startup_failure_reason") == sandbox.CLI_UNAVAILABLE:
+            verdict, launch_outcome = LaunchVerdict(False, "sandbox_unavailable"), LaunchStatus.SANDBOX_UNAVAILABLE
+        merged = None
+        if verdict.ok:  # only a success reaches the trunk; anything else keeps its commits on its branch
+            merged = workspace.merge_back(ws) if collect_error is None else workspace.MergeResult(
+                False, f"branch not brought back: {collect_error}", ["(still in the clone)"])
+            if merged.failed:
+                verdict = LaunchVerdict(False, str(Status.MERGE_FAILED), Status.MERGE_FAILED)
+                launch_outcome = LaunchStatus.MERGE_FAILED
+        salvage: dict[str, Any] = {"merge": merged and merged.reason, "contract_errors": contract.errors,
+                                   "contract_committed": committed}
+        if not verdict.ok:
+            salvage |= {"commits": workspace.commits_since(ws), "branch": ws.branch,
+                        "contract": workspace.read_file(where.contract),
+                        "resumable": outcome.stop_reason in ("idle", "hard", "budget") and bool(outcome.session_id)}
+        if collect_error:
+            salvage["collect_error"] = collect_error
+        if launch_outcome == LaunchStatus.SANDBOX_UNAVAILABLE and r:
+            salvage["startup_errors"] = r.raw.get("errors")
+        with db.transaction() as conn:
+            runner.finish_launch(conn, self.claim, verdict.done, outcome=launch_outcome, reason=verdict.reason,
+                                 exit_code=outcome.exit_code, is_error=r.is_error if r else None,
+                                 num_turns=r.num_turns if r else None, cost_usd=r.total_cost_usd if r else None,
+                                 contract=contract.contract.model_dump() if contract.contract else None,
+                                 salvage=salvage)
+            if merged is not None and merged.failed:
+                messages.audit(conn, self.claim.message_id, str(Status.MERGE_FAILED), reason=merged.reason,
+                               branch=ws.branch, commits=merged.commits)
+        if collect_error is None:  # a clone whose branch did not come back is kept
+            workspace.close_workspace(ws)
+        log.info("spawn_finished", message=self.claim.message_id, ok=verdict.ok, reason=verdict.reason,
+                 exit_code=outcome.exit_code, stop=outcome.stop_reason)
+        return verdict.done
