@@ -272,25 +272,7 @@ def ask(codename: str, question: str, *, via: Via = "facade", settings: Settings
     answer = _via_claude(ask_id, system, question, s, tx) if via == "claude" else _via_facade(system, question)
     # 3. the answer, its cost and the events (a second short transaction)
     with tx() as conn:
-        if answer.text is None:
-            conn.execute(f"UPDATE synedre.agent_asks SET status = '{AskStatus.FAILED}', error = %s,"
-                         " ended_at = now()"
-                         " WHERE id = %s", (answer.failure, ask_id))
-            _event(conn, ask_id, "ask_failed", reason=answer.failure, **(answer.detail or {}))
-            usd = Decimal(0)
-        else:
-            assert answer.provider is not None and answer.model is not None
-            usd = answer.cost_usd if answer.cost_usd is not None else cost(
-                conn, answer.provider, answer.model, answer.input_tokens, answer.output_tokens)
-            conn.execute(
-                f"""UPDATE synedre.agent_asks SET status = '{AskStatus.SUCCEEDED}', answer = %s, provider = %s,
-                          model = %s, input_tokens = %s, output_tokens = %s, cost_usd = %s, ended_at = now()
-                    WHERE id = %s""",
-                (answer.text, answer.provider, answer.model, answer.input_tokens, answer.output_tokens,
-                 usd, ask_id))
-            _event(conn, ask_id, "ai_complete", provider=answer.provider, model=answer.model,
-                   input_tokens=answer.input_tokens, output_tokens=answer.output_tokens, **(answer.detail or {}))
-            _event(conn, ask_id, "ask_done", cost_usd=str(usd))
+        usd = _journal(conn, ask_id, answer)
     if answer.text is None:
         log.error("agent_ask_failed", ask=ask_id, agent=codename, via=via, reason=answer.failure)
         raise AskRefused(f"no answer: {answer.failure}")
@@ -298,6 +280,28 @@ def ask(codename: str, question: str, *, via: Via = "facade", settings: Settings
              model=answer.model, cost_usd=str(usd))
     return AskResult(ask_id, codename, answer.text, answer.provider or "", answer.model or "",
                      answer.input_tokens, answer.output_tokens, usd)
+
+
+def _journal(conn: Conn, ask_id: int, answer: _Answer) -> Decimal:
+    """The ask's row ended (failed, or succeeded with its answer and cost) and its events;
+    returns what it cost."""
+    if answer.text is None:
+        conn.execute(f"UPDATE synedre.agent_asks SET status = '{AskStatus.FAILED}', error = %s,"
+                     " ended_at = now() WHERE id = %s", (answer.failure, ask_id))
+        _event(conn, ask_id, "ask_failed", reason=answer.failure, **(answer.detail or {}))
+        return Decimal(0)
+    assert answer.provider is not None and answer.model is not None
+    usd = answer.cost_usd if answer.cost_usd is not None else cost(
+        conn, answer.provider, answer.model, answer.input_tokens, answer.output_tokens)
+    conn.execute(
+        f"""UPDATE synedre.agent_asks SET status = '{AskStatus.SUCCEEDED}', answer = %s, provider = %s,
+                  model = %s, input_tokens = %s, output_tokens = %s, cost_usd = %s, ended_at = now()
+            WHERE id = %s""",
+        (answer.text, answer.provider, answer.model, answer.input_tokens, answer.output_tokens, usd, ask_id))
+    _event(conn, ask_id, "ai_complete", provider=answer.provider, model=answer.model,
+           input_tokens=answer.input_tokens, output_tokens=answer.output_tokens, **(answer.detail or {}))
+    _event(conn, ask_id, "ask_done", cost_usd=str(usd))
+    return usd
 
 
 def recent_asks(conn: Conn, limit: int = 50) -> list[dict[str, Any]]:

@@ -6,9 +6,10 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Callable
 from datetime import UTC
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -16,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from synedre import log as logging_setup
-from synedre.config import get_settings
+from synedre.config import Settings, get_settings
 from synedre.pipeline import LaunchStatus
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -564,24 +565,11 @@ def metrics(address: str = typer.Option("127.0.0.1", help="Interface to listen o
 def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to finish on stop"),
           with_flower: bool = typer.Option(False, "--flower", help="Also run Flower (as `synedre flower`)")) -> None:
     """Run everything: migrations, then beat, the workers and the IDLE watcher (and Flower)."""
-    from synedre import db, fleet as fleet_mod, kv, mailboxes
+    from synedre import db, fleet as fleet_mod
     from synedre.db.migrate import MigrationError, upgrade
-    from synedre.log import log
 
     s = get_settings()
-    try:
-        boxes = mailboxes.load()
-        for box in boxes.values():
-            box.password()
-    except mailboxes.RegistryError as exc:
-        fail(str(exc), 2)
-    if with_flower and (why := s.flower_auth()[1]):
-        fail(f"--flower: {why}: Flower never runs without authentication", 2)
-    try:
-        kv.client().ping()
-    except Exception as exc:
-        fail(f"Redis at SYNEDRE_BROKER_URL is not reachable ({type(exc).__name__}); "
-             "start it or point SYNEDRE_BROKER_URL at one", 2)
+    boxes = _fleet_preflight(s, with_flower)
     env = dict(os.environ, SYNEDRE_DATABASE_URL=db.database_url(s))
     try:
         done = upgrade(s.migrations_dir, env["SYNEDRE_DATABASE_URL"])
@@ -596,14 +584,51 @@ def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to 
                   f"mailboxes: {', '.join(boxes)}; Ctrl-C stops everything cleanly")
     embedded = not s.database_url
 
+    def restart_loop(child: str, restarts: int, window_s: float) -> None:
+        from synedre import incidents
+
+        incidents.safely(incidents.restart_loop(child, restarts, window_s))
+
+    code = fleet_mod.supervise(fleet_mod.children(flower=with_flower), env, grace,
+                                watch=_dependency_watch(s, embedded), on_restart_loop=restart_loop)
+    if embedded and db.stop_embedded(s):
+        console.print("embedded database stopped")
+    raise typer.Exit(code)
+
+
+def _fleet_preflight(s: Settings, with_flower: bool) -> dict[str, Any]:
+    """What the fleet cannot start without, each refused in one line: the mailboxes and
+    their passwords, Flower's credentials when asked for, a reachable Redis."""
+    from synedre import kv, mailboxes
+
+    try:
+        boxes = mailboxes.load()
+        for box in boxes.values():
+            box.password()
+    except mailboxes.RegistryError as exc:
+        fail(str(exc), 2)
+    if with_flower and (why := s.flower_auth()[1]):
+        fail(f"--flower: {why}: Flower never runs without authentication", 2)
+    try:
+        kv.client().ping()
+    except Exception as exc:
+        fail(f"Redis at SYNEDRE_BROKER_URL is not reachable ({type(exc).__name__}); "
+             "start it or point SYNEDRE_BROKER_URL at one", 2)
+    return boxes
+
+
+def _dependency_watch(s: Settings, embedded: bool) -> Callable[[], None]:
+    """The supervisor's periodic check: the embedded database restarted if it died, an
+    incident for a dependency down longer than DEPENDENCY_DOWN_S."""
+    import time
+
+    from synedre import db, health, incidents
+    from synedre.log import log
+
     down_since: dict[str, float] = {}
     checked_at = [0.0]
 
     def watch_database() -> None:
-        import time
-
-        from synedre import health, incidents
-
         if embedded and db.ensure_embedded(s):
             log.error("embedded_database_restarted", pgdata=str(db.embedded_pgdata(s)))
         now = time.monotonic()
@@ -617,17 +642,7 @@ def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to 
             since = down_since.setdefault(c.name, now)
             if now - since >= DEPENDENCY_DOWN_S:  # coalesced by kind and hour in incidents
                 incidents.safely(incidents.dependency_down(c.name, now - since))
-
-    def restart_loop(child: str, restarts: int, window_s: float) -> None:
-        from synedre import incidents
-
-        incidents.safely(incidents.restart_loop(child, restarts, window_s))
-
-    code = fleet_mod.supervise(fleet_mod.children(flower=with_flower), env, grace, watch=watch_database,
-                                on_restart_loop=restart_loop)
-    if embedded and db.stop_embedded(s):
-        console.print("embedded database stopped")
-    raise typer.Exit(code)
+    return watch_database
 
 
 agent_app = typer.Typer(no_args_is_help=True, help="One agent, one-shot (SPEC §9.8).")

@@ -6,6 +6,8 @@ from functools import cached_property
 from typing import Any
 
 from synedre.classify.split import Split, split_cover_quoted
+from synedre.db import messages
+from synedre.db.types import Conn
 from synedre.ingest.mime import body_text
 
 
@@ -26,6 +28,12 @@ class ParsedMessage:
         return cls(state["message_id"], state["message_id_header"], state["mailbox"], state["envelope_from"],
                    state["subject"] or "", bool(state["dkim_pass"]), bytes(state["raw"]),
                    state["attachments_dir"], tuple(attachments))
+
+    @classmethod
+    def read(cls, conn: Conn, state: dict[str, Any]) -> ParsedMessage:
+        """The message a stage claimed: its state row (joined with the raw one) and its
+        attachments' rows, read in the claim's transaction."""
+        return cls.from_claim(state, messages.attachments(conn, state["message_id"]))
 
     @cached_property
     def body(self) -> str:

@@ -114,7 +114,7 @@ _NEAR = (r"[A-Za-z0-9_]{0,20}(?:[ \t]+[\w.@-]{1,40}){0,3}?"
 # --- rules --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Rule:
+class SecretRule:
     """One shape of secret. `lead` starts with a literal character (the combined regex
     then gets a first-character prefilter: about 10x faster on a 5 MB line than
     lookbehind-led alternatives); boundaries are therefore lookbehinds *after* it.
@@ -129,7 +129,7 @@ class Rule:
 
 
 def _word(literal: str) -> str:
-    """`literal` at the start of a word, written literal-first (see `Rule`)."""
+    """`literal` at the start of a word, written literal-first (see `SecretRule`)."""
     e = re.escape(literal)
     return f"{e}(?<![A-Za-z0-9_]{e})"
 
@@ -186,71 +186,71 @@ _STRICT = [
 ]
 _FLAG_WORDS = r"(?:password|passwd|pass|passphrase|token|secret|api[-_]?key|apikey|key|auth|credentials?)"
 
-RULES: tuple[Rule, ...] = (
+RULES: tuple[SecretRule, ...] = (
     # Up to the END line, else to the end of the (JSON) string: a key cut short is still hidden.
-    Rule("private_key", "PEM or PGP private key block", "-----BEGIN",
+    SecretRule("private_key", "PEM or PGP private key block", "-----BEGIN",
          r"[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:[^\"\\-]++|\\.|-)*?"
          r"(?:-----END[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|(?=\"|\\?\Z))"),
     # An OpenSSH key body ("openssh-key-v1" in base64), even if its header was lost.
-    Rule("private_key", "OpenSSH private key body", "b3BlbnNzaC1rZXktdjE",
+    SecretRule("private_key", "OpenSSH private key body", "b3BlbnNzaC1rZXktdjE",
          r"[A-Za-z0-9+/=]*(?:(?:\\+[nr]|[\r\n])+[A-Za-z0-9+/=]+)*"),
-    Rule("anthropic_key", "Anthropic API key", _word("sk-ant-"), r"[A-Za-z0-9_-]{20,}"),
-    Rule("openai_key", "OpenAI API key (sk-…, sk-proj-…)", _word("sk-"), r"[A-Za-z0-9_-]{20,}"),
-    Rule("github_token", "GitHub token", _word("gh"), r"[pousr]_[A-Za-z0-9]{20,}"),
-    Rule("github_token", "GitHub fine-grained token", _word("github_pat_"), r"[A-Za-z0-9_]{20,}"),
-    Rule("gitlab_token", "GitLab token", _word("gl"),
+    SecretRule("anthropic_key", "Anthropic API key", _word("sk-ant-"), r"[A-Za-z0-9_-]{20,}"),
+    SecretRule("openai_key", "OpenAI API key (sk-…, sk-proj-…)", _word("sk-"), r"[A-Za-z0-9_-]{20,}"),
+    SecretRule("github_token", "GitHub token", _word("gh"), r"[pousr]_[A-Za-z0-9]{20,}"),
+    SecretRule("github_token", "GitHub fine-grained token", _word("github_pat_"), r"[A-Za-z0-9_]{20,}"),
+    SecretRule("gitlab_token", "GitLab token", _word("gl"),
          r"(?:pat|dt|ptt|rt|soat|cbt|imt|ft|oas|agent)-[A-Za-z0-9_-]{20,}"),
     # An access key, and a secret key within the next 80 characters of the line.
-    *(Rule("aws_access_key", "AWS access key (and the secret key next to it)", _word(p),
+    *(SecretRule("aws_access_key", "AWS access key (and the secret key next to it)", _word(p),
            r"[A-Z0-9]{16}(?![A-Za-z0-9])(?:(?P<k>(?:[^\n\r\\]|\\[^nrt]){1,80}?)"
            r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=]))?") for p in ("AKIA", "ASIA")),
-    Rule("slack_token", "Slack token", _word("xox"), r"[baprse]-[A-Za-z0-9-]{10,}"),
-    Rule("slack_token", "Slack app token", _word("xapp-"), r"[0-9]-[A-Za-z0-9-]{10,}"),
-    Rule("webhook", "Slack webhook", r"hooks\.slack\.com/",
+    SecretRule("slack_token", "Slack token", _word("xox"), r"[baprse]-[A-Za-z0-9-]{10,}"),
+    SecretRule("slack_token", "Slack app token", _word("xapp-"), r"[0-9]-[A-Za-z0-9-]{10,}"),
+    SecretRule("webhook", "Slack webhook", r"hooks\.slack\.com/",
          r"(?:services|workflows|triggers)/(?P<v>[A-Za-z0-9/_-]{20,})"),
-    Rule("webhook", "Discord webhook", "discord",
+    SecretRule("webhook", "Discord webhook", "discord",
          r"(?:app)?\.com/api/webhooks/(?P<v>[0-9]{15,22}/[A-Za-z0-9_-]{40,100})"),
-    Rule("google_api_key", "Google API key", _word("AIza"), r"[A-Za-z0-9_-]{35}"),
-    *(Rule("stripe_key", "Stripe key", _word(p), r"(?:live|test)_[A-Za-z0-9]{16,}")
+    SecretRule("google_api_key", "Google API key", _word("AIza"), r"[A-Za-z0-9_-]{35}"),
+    *(SecretRule("stripe_key", "Stripe key", _word(p), r"(?:live|test)_[A-Za-z0-9]{16,}")
       for p in ("sk_", "rk_", "pk_")),
-    Rule("sendgrid_key", "SendGrid API key", _word("SG."), r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}"),
-    Rule("npm_token", "npm token", _word("npm_"), r"[A-Za-z0-9]{36}"),
-    Rule("pypi_token", "PyPI token", _word("pypi-"), r"AgE[A-Za-z0-9_-]{50,}"),
-    Rule("huggingface_token", "Hugging Face token", _word("hf_"), r"[A-Za-z0-9]{30,}"),
-    *(Rule("twilio_key", "Twilio account SID or API key", _word(p), r"[0-9a-f]{32}(?![A-Za-z0-9])")
+    SecretRule("sendgrid_key", "SendGrid API key", _word("SG."), r"[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}"),
+    SecretRule("npm_token", "npm token", _word("npm_"), r"[A-Za-z0-9]{36}"),
+    SecretRule("pypi_token", "PyPI token", _word("pypi-"), r"AgE[A-Za-z0-9_-]{50,}"),
+    SecretRule("huggingface_token", "Hugging Face token", _word("hf_"), r"[A-Za-z0-9]{30,}"),
+    *(SecretRule("twilio_key", "Twilio account SID or API key", _word(p), r"[0-9a-f]{32}(?![A-Za-z0-9])")
       for p in ("AC", "SK")),
     # <bot id>:<35 characters>; the bot id is public, the part after the colon is not.
-    Rule("telegram_token", "Telegram bot token", ":",
+    SecretRule("telegram_token", "Telegram bot token", ":",
          r"(?<=[0-9]{8}:)(?<![0-9]{11}:)(?P<v>[A-Za-z0-9_-]{35})(?![A-Za-z0-9_-])"),
-    Rule("jwt", "JSON Web Token", _word("eyJ"), r"[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*"),
-    *(Rule("bearer_token", "Bearer credentials", _word(b), r"[ \t]+(?P<v>[A-Za-z0-9._~+/-]{16,}=*)")
+    SecretRule("jwt", "JSON Web Token", _word("eyJ"), r"[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*"),
+    *(SecretRule("bearer_token", "Bearer credentials", _word(b), r"[ \t]+(?P<v>[A-Za-z0-9._~+/-]{16,}=*)")
       for b in ("bearer", "Bearer", "BEARER")),
-    *(Rule("basic_auth", "Basic credentials", _word(b),
+    *(SecretRule("basic_auth", "Basic credentials", _word(b),
            r"[ \t]+(?P<v>[A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])", _basic_credentials)
       for b in ("basic", "Basic", "BASIC")),
-    Rule("basic_auth", "curl -u user:password", "-",
+    SecretRule("basic_auth", "curl -u user:password", "-",
          r"(?<=[ \t'\"]-)(?:u|-user)[ \t=]+[\"']?[^\s:'\"@/\\]+:(?P<v>[^\s'\"\\]+)",
          lambda v: not v.isdigit()),
     # A Sentry DSN's key (and legacy secret) sit where a URL's user and password would.
-    Rule("sentry_dsn", "Sentry DSN key", "://",
+    SecretRule("sentry_dsn", "Sentry DSN key", "://",
          r"(?<=[A-Za-z0-9+.-]://)(?P<v>[0-9a-f]{32})(?::(?P<v1>[0-9a-f]{32}))?(?=@)"),
     # scheme://user:password@host. RFC 3986 forbids / ? # in userinfo; a raw @ is tolerated
     # (greedy, backs off to the last @) because people do write p@ss into URLs.
-    Rule("url_password", "password in a URL", "://",
+    SecretRule("url_password", "password in a URL", "://",
          r"(?<=[A-Za-z0-9+.-]://)[^\s:/?#@\"'\\]*:(?P<v>[^\s/?#\"'\\]+)(?=@)"),
-    *(Rule("cli_secret", "password of a mysql client", m,
+    *(SecretRule("cli_secret", "password of a mysql client", m,
            r"(?:dump|admin|import|check|slap|sh)?\b(?:[ \t]+(?!-p)[^\s|;&<>]+){0,12}?[ \t]+-p"
            + _ENV_VALUE)
       for m in (_word("mysql"), _word("mariadb"))),
-    Rule("cli_secret", "sshpass -p", _word("sshpass"), r"[ \t]+-p[ \t]*" + _ENV_VALUE),
-    Rule("cli_secret", "--password value, --api-key=value…", "--",
+    SecretRule("cli_secret", "sshpass -p", _word("sshpass"), r"[ \t]+-p[ \t]*" + _ENV_VALUE),
+    SecretRule("cli_secret", "--password value, --api-key=value…", "--",
          rf"(?<![A-Za-z0-9_-]--)(?!no-)(?:[A-Za-z0-9]+[-_])*?{_FLAG_WORDS}(?:=|[ \t]+)(?!-)" + _ENV_VALUE),
     # Names: the match starts at the secret word (the rest of the name is kept anyway).
     *(r for w in _STRICT for r in (
-        Rule("json_secret", '"name": "value" (JSON, Python, PHP)', w, _QUOTED_NAME_VALUE),
-        Rule("env_secret", "NAME=value (shell, .env, code)", w, _ENV_ASSIGN),
-        Rule("header_secret", "name: value (HTTP header, YAML)", w, _HEADER_ASSIGN),
-        Rule("entropy_secret", "a random word near a secret word", w, _NEAR, _looks_random(8)))),
+        SecretRule("json_secret", '"name": "value" (JSON, Python, PHP)', w, _QUOTED_NAME_VALUE),
+        SecretRule("env_secret", "NAME=value (shell, .env, code)", w, _ENV_ASSIGN),
+        SecretRule("header_secret", "name: value (HTTP header, YAML)", w, _HEADER_ASSIGN),
+        SecretRule("entropy_secret", "a random word near a secret word", w, _NEAR, _looks_random(8)))),
 )
 
 KINDS = ("secret", *dict.fromkeys(r.kind for r in RULES), "aws_secret_key")  # what a marker can name
@@ -274,7 +274,7 @@ def _loosen(body: str) -> str:
     return _BACKREF.sub(r"\\\\*", _GROUP.sub("(?:", body))
 
 
-def _union(rules: tuple[Rule, ...]) -> tuple[re.Pattern[str], dict[str, list[int]]]:
+def _union(rules: tuple[SecretRule, ...]) -> tuple[re.Pattern[str], dict[str, list[int]]]:
     """A superset of `rules` in one regex, factored by lead so that each first character
     and each lead word is tested once; the empty group `_<i>` closing alternative i names
     it in `Match.lastgroup`. Also, per rule, the rules to try from it in the union's order
@@ -300,7 +300,7 @@ _UNION, _ORDER = _union(RULES)
 
 @functools.cache
 def _precise(i: int) -> tuple[re.Pattern[str], list[int], int]:
-    """Rule i alone, with its groups: the numbers of the hidden ones, and of the kept one (0:
+    """SecretRule i alone, with its groups: the numbers of the hidden ones, and of the kept one (0:
     none)."""
     rx = re.compile(RULES[i].lead + RULES[i].body)
     return rx, [n for g, n in rx.groupindex.items() if g.startswith("v")], rx.groupindex.get("k", 0)

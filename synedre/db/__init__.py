@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -119,63 +120,27 @@ def _start_embedded(pgdata: Path) -> str:
     coordinates is not enough. pgserver's own start listens on no TCP address, so the
     postmaster is started here with pgserver's binaries; a server started otherwise (an
     older release) is restarted once."""
-    import warnings
-
-    with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR
-        warnings.simplefilter("ignore")
-        from pgserver._commands import POSTGRES_BIN_PATH, initdb, pg_ctl  # type: ignore[attr-defined]
-        from pgserver.postgres_server import PostgresServer
-        from pgserver.utils import (
-            PostmasterInfo,
-            ensure_folder_permissions,
-            ensure_prefix_permissions,
-            ensure_user_exists,
-            find_suitable_port,
-            find_suitable_socket_dir,
-        )
-
+    cmds, utils = _pgserver()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     root = os.geteuid() == 0
     user = _SYSTEM_USER if root else None
     with _start_lock(pgdata):
         pgdata.mkdir(exist_ok=True)
         if root:  # the postmaster runs as pgserver's user: it must reach pgdata and its binaries
-            entry = ensure_user_exists(_SYSTEM_USER)
+            entry = utils.ensure_user_exists(_SYSTEM_USER)
             assert entry is not None
             os.chown(pgdata, entry.pw_uid, entry.pw_gid)
             _searchable_parents(pgdata)
-            ensure_prefix_permissions(POSTGRES_BIN_PATH)
-            ensure_folder_permissions(POSTGRES_BIN_PATH, 0o055)
-            ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", 0o044)
+            utils.ensure_prefix_permissions(cmds.POSTGRES_BIN_PATH)
+            utils.ensure_folder_permissions(cmds.POSTGRES_BIN_PATH, 0o055)
+            utils.ensure_folder_permissions(cmds.POSTGRES_BIN_PATH.parent / "lib", 0o044)
         if not (pgdata / "PG_VERSION").exists():
-            initdb(["--auth-local=peer", "--auth-host=reject", "--encoding=utf8", "-U", ADMIN_ROLE],
-                   pgdata=pgdata, user=user)
-        port = _write_config(pgdata, user)
-        info = PostmasterInfo.read_from_pgdata(pgdata)
-        if info is not None and info.is_running():
-            if info.hostname == "127.0.0.1" and info.port == port:
-                pg_ctl(["reload"], pgdata=pgdata, user=user, timeout=_START_TIMEOUT_S)  # the hba as written
-            else:
-                pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=_START_TIMEOUT_S)
-                info = None
-        if info is None or not info.is_running():
-            socket_dir = find_suitable_socket_dir(pgdata, PostgresServer.runtime_path)
-            if root and socket_dir != pgdata:
-                ensure_prefix_permissions(socket_dir)
-                socket_dir.chmod(0o777)
-            log_file = pgdata / "log"
-            for attempt in range(2):
-                try:
-                    pg_ctl(["-w", "-o", f"-k {socket_dir}", "-l", str(log_file), "start"],
-                           pgdata=pgdata, user=user, timeout=_START_TIMEOUT_S)
-                    break
-                except Exception:
-                    if attempt or _port_free(port):
-                        raise
-                    port = _write_config(pgdata, user, find_suitable_port("127.0.0.1"))  # taken meanwhile
+            cmds.initdb(["--auth-local=peer", "--auth-host=reject", "--encoding=utf8", "-U", ADMIN_ROLE],
+                        pgdata=pgdata, user=user)
+        _ensure_postmaster(pgdata, _write_config(pgdata, user), root, user)
         deadline = time.monotonic() + _START_TIMEOUT_S
         while True:
-            info = PostmasterInfo.read_from_pgdata(pgdata)
+            info = utils.PostmasterInfo.read_from_pgdata(pgdata)
             if info is not None and info.is_running() and info.status == "ready" and info.socket_dir:
                 break
             if time.monotonic() > deadline:
@@ -184,6 +149,48 @@ def _start_embedded(pgdata: Path) -> str:
         assert info.socket_dir is not None and info.port is not None
         _bootstrap_roles(_url(ADMIN_ROLE, info.socket_dir, info.port))
         return _url(APP_ROLE, info.socket_dir, info.port)
+
+
+def _pgserver() -> tuple[Any, Any]:
+    """pgserver's commands and utilities, imported quietly (platformdirs warns about
+    XDG_RUNTIME_DIR)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from pgserver import _commands as cmds, utils
+    return cmds, utils
+
+
+def _ensure_postmaster(pgdata: Path, port: int, root: bool, user: str | None) -> None:
+    """The postmaster running on the configuration just written: reloaded when it already
+    listens as configured, restarted when it listens otherwise, started when it is down
+    (on another port if its own was taken meanwhile)."""
+    import warnings
+
+    cmds, utils = _pgserver()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from pgserver.postgres_server import PostgresServer
+    info = utils.PostmasterInfo.read_from_pgdata(pgdata)
+    if info is not None and info.is_running():
+        if info.hostname == "127.0.0.1" and info.port == port:
+            cmds.pg_ctl(["reload"], pgdata=pgdata, user=user, timeout=_START_TIMEOUT_S)  # the hba as written
+            return
+        cmds.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=_START_TIMEOUT_S)
+    socket_dir = utils.find_suitable_socket_dir(pgdata, PostgresServer.runtime_path)
+    if root and socket_dir != pgdata:
+        utils.ensure_prefix_permissions(socket_dir)
+        socket_dir.chmod(0o777)
+    for attempt in range(2):
+        try:
+            cmds.pg_ctl(["-w", "-o", f"-k {socket_dir}", "-l", str(pgdata / "log"), "start"],
+                        pgdata=pgdata, user=user, timeout=_START_TIMEOUT_S)
+            return
+        except Exception:
+            if attempt or _port_free(port):
+                raise
+            port = _write_config(pgdata, user, utils.find_suitable_port("127.0.0.1"))  # taken meanwhile
 
 
 def _searchable_parents(pgdata: Path) -> None:

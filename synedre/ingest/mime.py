@@ -85,7 +85,7 @@ class BodySample:
 
 
 @dataclass(frozen=True)
-class ParsedMessage:
+class ParsedMime:
     message_id: str
     synthetic_id: bool
     envelope_from: str | None
@@ -106,25 +106,25 @@ class ParseFailure:
 
 
 @dataclass(frozen=True)
-class Rule:
+class RejectionRule:
     """One reason to refuse a parsed message (as Mailman's moderation rules): `check`
     returns what it found when the rule fires, None otherwise."""
     name: Reason
     description: str
-    check: Callable[[ParsedMessage], str | None]
+    check: Callable[[ParsedMime], str | None]
 
 
-def _no_header_block(p: ParsedMessage) -> str | None:
+def _no_header_block(p: ParsedMime) -> str | None:
     # The parser takes every line up to the first one that is not `Name: value` (or a
     # continuation) as the header block; bytes that do not start with one have none.
     return None if p.header_fields else "no header field before the body"
 
 
-def _no_from(p: ParsedMessage) -> str | None:
+def _no_from(p: ParsedMime) -> str | None:
     return None if any(v.strip() for v in p.from_values) else "no From: field, or only empty ones"
 
 
-def _binary_body(p: ParsedMessage) -> str | None:
+def _binary_body(p: ParsedMime) -> str | None:
     b = p.body
     if not b.binary:
         return None
@@ -133,14 +133,14 @@ def _binary_body(p: ParsedMessage) -> str | None:
 
 
 # In order: the first that fires is the reason recorded.
-REJECTIONS: tuple[Rule, ...] = (
-    Rule(Reason.NO_HEADER_BLOCK, "no parsable header block", _no_header_block),
-    Rule(Reason.NO_FROM, "no sender: the From: field is missing or empty", _no_from),
-    Rule(Reason.BINARY_BODY, "the text body is binary garbage (NUL and control characters)", _binary_body),
+REJECTIONS: tuple[RejectionRule, ...] = (
+    RejectionRule(Reason.NO_HEADER_BLOCK, "no parsable header block", _no_header_block),
+    RejectionRule(Reason.NO_FROM, "no sender: the From: field is missing or empty", _no_from),
+    RejectionRule(Reason.BINARY_BODY, "the text body is binary garbage (NUL and control characters)", _binary_body),
 )
 
 
-def rejection(parsed: ParsedMessage) -> ParseFailure | None:
+def rejection(parsed: ParsedMime) -> ParseFailure | None:
     """Why this message must end `parse_failed` and never reach the LLM, if it must."""
     for rule in REJECTIONS:
         found = rule.check(parsed)
@@ -296,7 +296,7 @@ def _defects(msg: Message) -> list[str]:
     return names[:MAX_DEFECTS_STORED]
 
 
-def parse(raw: bytes) -> ParsedMessage:
+def parse(raw: bytes) -> ParsedMime:
     """Parse what can be parsed. Raises MessageParseError only when nothing usable remains."""
     try:
         msg = message_from_bytes(raw, policy=policy.compat32)
@@ -307,7 +307,7 @@ def parse(raw: bytes) -> ParsedMessage:
         addrs = [a.lower() for _, a in getaddresses(from_values) if "@" in a]
         subject = msg.get("Subject")
         body, unknown = _body_sample(msg)
-        return ParsedMessage(
+        return ParsedMime(
             message_id=mid or synthetic_message_id(raw),
             synthetic_id=mid is None,
             envelope_from=clean(addrs[0]) if addrs else None,

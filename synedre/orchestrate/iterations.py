@@ -16,7 +16,7 @@ DEPLOY_LOG_LINES = 60
 
 
 @dataclass(frozen=True)
-class Plan:
+class Budget:
     done: int  # launches so far
     limit: int  # the budget that applies: generic, or iso-only
     only_iso: bool
@@ -31,7 +31,7 @@ class Plan:
         return self.done + 1
 
 
-def plan(conn: Any, message_id: int, s: Settings) -> Plan:
+def budget(conn: Any, message_id: int, s: Settings) -> Budget:
     done = conn.execute("SELECT count(*) AS n FROM synedre.launches WHERE message_id = %s",
                         (message_id,)).fetchone()["n"]
     run = conn.execute("SELECT id, deploy_ok, only_iso_mismatch FROM synedre.qa_runs WHERE message_id = %s"
@@ -42,7 +42,7 @@ def plan(conn: Any, message_id: int, s: Settings) -> Plan:
         for x in c["reasons"])})
     if run is not None and run["deploy_ok"] is False:
         reasons = ["deploy_failed", *reasons]
-    return Plan(done, s.max_iso_iterations if only_iso else s.max_iterations, only_iso, reasons)
+    return Budget(done, s.max_iso_iterations if only_iso else s.max_iterations, only_iso, reasons)
 
 
 def brief(conn: Any, message_id: int) -> str:

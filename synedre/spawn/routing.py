@@ -33,10 +33,10 @@ class Planned:
 
 def resolve(conn: Conn, client_id: int | None, chantier_id: int | None,
             healthy: Callable[[str], bool]) -> ModelRoute:
-    return check_proxy(plan(conn, client_id, chantier_id), healthy)
+    return check_proxy(planned_route(conn, client_id, chantier_id), healthy)
 
 
-def plan(conn: Conn, client_id: int | None, chantier_id: int | None) -> Planned:
+def planned_route(conn: Conn, client_id: int | None, chantier_id: int | None) -> Planned:
     """The route the data says, before any network check (runs inside a transaction)."""
     row = conn.execute("SELECT model FROM synedre.model_routes WHERE client_id IS NULL AND chantier_id IS NULL"
                        ).fetchone()

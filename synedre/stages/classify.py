@@ -29,7 +29,7 @@ def run(message_id: int, s: Settings | None = None, *, retry: tuple[int, int, da
 
 
 def _load(conn: Conn, claim: runner.Claim) -> tuple[ParsedMessage, Directory]:
-    return ParsedMessage.from_claim(claim.state, messages.attachments(conn, claim.message_id)), dirsql.load(conn)
+    return ParsedMessage.read(conn, claim.state), dirsql.load(conn)
 
 
 def _work(claim: runner.Claim, msg: ParsedMessage, directory: Directory,

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from synedre import attachments as files, runner
 from synedre.config import Settings, get_settings
-from synedre.db import messages
-from synedre.db.types import Conn
 from synedre.log import log
 from synedre.message import ParsedMessage
 from synedre.ocr.tesseract import OcrError, ocr_image
@@ -35,11 +33,8 @@ def texts(msg: ParsedMessage, s: Settings) -> tuple[list[str], list[str]]:
 
 def run(message_id: int, s: Settings | None = None) -> runner.Result:
     s = s or get_settings()
-    return runner.run(STAGE, message_id, _load, lambda claim, msg: _work(msg, s))
-
-
-def _load(conn: Conn, claim: runner.Claim) -> ParsedMessage:
-    return ParsedMessage.from_claim(claim.state, messages.attachments(conn, claim.message_id))
+    return runner.run(STAGE, message_id, lambda conn, claim: ParsedMessage.read(conn, claim.state),
+                      lambda claim, msg: _work(msg, s))
 
 
 def _work(msg: ParsedMessage, s: Settings) -> runner.Done:

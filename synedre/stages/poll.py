@@ -40,7 +40,7 @@ def _dnsfunc(settings: Settings):
     return dkim_verify.keys_file_lookup(settings.dkim_keys_file) if settings.dkim_keys_file else None
 
 
-def _write_attachments(parsed: mime.ParsedMessage, settings: Settings, label: str) -> str | None:
+def _write_attachments(parsed: mime.ParsedMime, settings: Settings, label: str) -> str | None:
     if not parsed.attachments:
         return None
     root = settings.attachments_root.resolve()

@@ -191,11 +191,11 @@ def _load(conn, message_id: int, s: Settings) -> _Loaded | runner.Result:
         runner.set_waiting(conn, message_id, f"held: spending cap ({reason})")
         log.warning("spawn_skipped_budget", message=message_id, reason=reason)
         return runner.Held(f"held: spending cap ({reason})", "spawn_skipped_budget")
-    msg = ParsedMessage.from_claim(state, messages.attachments(conn, message_id))
-    planned = routing.plan(conn, state["client_id"], state["chantier_id"])
+    msg = ParsedMessage.read(conn, state)
+    planned = routing.planned_route(conn, state["client_id"], state["chantier_id"])
     if state["status"] != Status.QA_FAILED:
         return _Loaded(state, msg, planned, 1, None)
-    plan = iterations.plan(conn, message_id, s)  # the checks failed: iterate, or escalate
+    plan = iterations.budget(conn, message_id, s)  # the checks failed: iterate, or escalate
     if not plan.escalate:
         return _Loaded(state, msg, planned, plan.next, iterations.brief(conn, message_id))
     escalated = runner.Done(Status.ESCALATED, detail={"launches": plan.done, "limit": plan.limit,
