@@ -60,7 +60,7 @@ def test_a_pool_of_two_serves_twenty_concurrent_llm_waits(small_pool, tmp_path, 
 
         def classify(mid):
             try:
-                results[mid] = stage.run(mid)
+                results[mid] = stage.run(mid).status  # a Done: the status it wrote
             except Exception as exc:  # a pool timeout here is the failure this test exists for
                 errors.append(repr(exc))
         threads = [threading.Thread(target=classify, args=(mid,)) for mid in ids]
