@@ -11,7 +11,7 @@ sees every worker on every machine, and nothing is kept in the workers:
   `synedre.spend_today` the cap reads: launches and agent asks, UTC day);
 - `synedre_stage_duration_seconds{stage}`: a histogram of the time from a stage's claim
   to its write. Each stage write records `duration_s` in its audit row, computed by
-  PostgreSQL (synedre/db/pipeline.py `write`); this process tails `audit_log` by id at
+  PostgreSQL (synedre/runner.py, the stage runner); this process tails `audit_log` by id at
   each scrape and observes every new row once, so buckets, count and sum only grow, as
   a Prometheus histogram must (they start from zero when the endpoint starts).
 

@@ -27,10 +27,10 @@ Limits, by design:
   is not part of a marker itself (a marker's brackets could complete it);
 - it errs towards hiding: `key=lambda…` in code loses its value too;
 - each call sees one string: a secret cut across two strings (two partial-message
-  deltas, two content blocks) is not seen whole by `redact_obj`. The runner therefore
+  deltas, two content blocks) is not seen whole by `redact_obj`. The launcher therefore
   stores no delta text at all (its length only: the complete message repeats it) and
   redacts the text blocks of one message joined as well, then hides in each block what
-  the joined text's redaction hid across them (`merge_pieces`; synedre/spawn/runner.py,
+  the joined text's redaction hid across them (`merge_pieces`; synedre/spawn/launcher.py,
   `_Stream`).
 
 Why hand-written rules rather than `detect-secrets`: measured on this stream, its line
