@@ -25,7 +25,6 @@ from synedre.pipeline import BY_NAME, LaunchStatus, Status
 from synedre.spawn import agent, launcher, locks, persona, prompt, routing, sandbox, workspace
 
 DEFAULT_AGENT = "atlas"
-FLEET_CAP = "fleet spend today"
 STAGE = BY_NAME["spawn"]
 SUCCESS_STATUS, FAILED_STATUS = Status.SPAWNED, Status.SPAWN_FAILED
 
@@ -49,17 +48,25 @@ class LaunchVerdict:
         return runner.Done(self.message_status, "spawn_action_done" if self.ok else str(Status.SPAWN_FAILED))
 
 
-def over_budget(conn, message_id: int, s: Settings) -> str | None:
-    """Spending fails closed: the message's own total, then the fleet's day (whose reason
-    starts with FLEET_CAP)."""
+@dataclass(frozen=True)
+class OverBudget:
+    reason: str
+    fleet: bool  # the fleet's day, not the message's own total: an incident too
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def over_budget(conn, message_id: int, s: Settings) -> OverBudget | None:
+    """Spending fails closed: the message's own total, then the fleet's day."""
     row = conn.execute(
         """SELECT (SELECT coalesce(sum(cost_usd), 0) FROM synedre.launches WHERE message_id = %s) AS mine,
                   (SELECT usd FROM synedre.spend_today) AS day""",  # launches and persona asks
         (message_id,)).fetchone()
     if row["mine"] >= s.max_message_cost_usd:
-        return f"message cost {row['mine']} >= {s.max_message_cost_usd} USD"
+        return OverBudget(f"message cost {row['mine']} >= {s.max_message_cost_usd} USD", fleet=False)
     if row["day"] >= s.daily_spend_cap_usd:
-        return f"{FLEET_CAP} {row['day']} >= {s.daily_spend_cap_usd} USD"
+        return OverBudget(f"fleet spend today {row['day']} >= {s.daily_spend_cap_usd} USD", fleet=True)
     return None
 
 
@@ -144,8 +151,10 @@ def _launch(message_id: int, s: Settings, stop: threading.Event) -> runner.Resul
     # 1. read what the launch needs, in one short read-only transaction
     with db.transaction() as conn:
         loaded = _load(conn, message_id, s)
-    if isinstance(loaded, runner.Held) and loaded.why.startswith(f"held: spending cap ({FLEET_CAP}"):
-        incidents.safely(incidents.spend_cap(loaded.why, s.daily_spend_cap_usd))  # once an hour
+    if isinstance(loaded, _Capped):
+        if loaded.over.fleet:  # the daily cap reached: an incident, once an hour
+            incidents.safely(incidents.spend_cap(loaded.held.why, s.daily_spend_cap_usd))
+        return loaded.held
     if not isinstance(loaded, _Loaded):
         return loaded
     state, msg = loaded.state, loaded.msg
@@ -174,7 +183,13 @@ def _launch(message_id: int, s: Settings, stop: threading.Event) -> runner.Resul
     return _Launch(claim, s, system, route.model, stop).run(user)
 
 
-def _load(conn, message_id: int, s: Settings) -> _Loaded | runner.Result:
+@dataclass(frozen=True)
+class _Capped:
+    over: OverBudget
+    held: runner.Held
+
+
+def _load(conn, message_id: int, s: Settings) -> _Loaded | _Capped | runner.Result:
     """The message at an entry status, or why not: over budget (held), over its iteration
     budget (escalated, the one write here), not launchable."""
     state = conn.execute(
@@ -186,11 +201,11 @@ def _load(conn, message_id: int, s: Settings) -> _Loaded | runner.Result:
         (message_id, [str(x) for x in STAGE.entry])).fetchone()
     if state is None:
         return runner.why_not(conn, STAGE, message_id)
-    if reason := over_budget(conn, message_id, s):
-        messages.audit(conn, message_id, "spawn_skipped_budget", reason=reason)
-        runner.set_waiting(conn, message_id, f"held: spending cap ({reason})")
-        log.warning("spawn_skipped_budget", message=message_id, reason=reason)
-        return runner.Held(f"held: spending cap ({reason})", "spawn_skipped_budget")
+    if over := over_budget(conn, message_id, s):
+        messages.audit(conn, message_id, "spawn_skipped_budget", reason=over.reason)
+        runner.set_waiting(conn, message_id, f"held: spending cap ({over})")
+        log.warning("spawn_skipped_budget", message=message_id, reason=over.reason)
+        return _Capped(over, runner.Held(f"held: spending cap ({over})", "spawn_skipped_budget"))
     msg = ParsedMessage.read(conn, state)
     planned = routing.planned_route(conn, state["client_id"], state["chantier_id"])
     if state["status"] != Status.QA_FAILED:

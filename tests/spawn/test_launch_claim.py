@@ -95,5 +95,5 @@ def test_spending_caps_fail_closed(db, tmp_path):
         assert over_budget(conn, mid, caps) is None
         with conn.transaction():
             conn.execute("INSERT INTO synedre.launches (message_id, attempt, cost_usd) VALUES (%s, 1, 1.5)", (mid,))
-        assert "message cost" in over_budget(conn, mid, caps)
-        assert "fleet spend" in over_budget(conn, mid, Settings(max_message_cost_usd=100, daily_spend_cap_usd=1.0))
+        assert "message cost" in str(over_budget(conn, mid, caps))
+        assert "fleet spend" in str(over_budget(conn, mid, Settings(max_message_cost_usd=100, daily_spend_cap_usd=1.0)))
