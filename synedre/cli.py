@@ -398,7 +398,7 @@ def list_launches(running: bool = typer.Option(False, "--running", help="Only ru
                                                                   " instead of launches")) -> None:
     """Recent launches with their outcome."""
     from synedre import db
-    from synedre.db import messages as sql
+    from synedre.db import messages
 
     if asks:
         _list_asks(as_json)
@@ -406,10 +406,10 @@ def list_launches(running: bool = typer.Option(False, "--running", help="Only ru
     with db.transaction() as conn:
         mid = None
         if message:
-            mid = sql.lookup(conn, message)
+            mid = messages.lookup(conn, message)
             if mid is None:
                 fail(f"no message {message!r}")
-        rows = [r for r in sql.launches_of(conn, mid) if not running or r["status"] == LaunchStatus.RUNNING]
+        rows = [r for r in messages.launches_of(conn, mid) if not running or r["status"] == LaunchStatus.RUNNING]
     if as_json:
         sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=1, default=str) + "\n")
         return
@@ -446,11 +446,11 @@ def tail(message: str, follow: bool = typer.Option(True, help="Keep following un
     import time
 
     from synedre import db
-    from synedre.db import messages as sql
+    from synedre.db import messages
 
     seen = -1
     with db.transaction() as conn:
-        mid = sql.lookup(conn, message)
+        mid = messages.lookup(conn, message)
     if mid is None:
         fail(f"no message {message!r}")
     while True:

@@ -15,7 +15,7 @@ from imapclient import SEEN
 
 from synedre import db, runner
 from synedre.config import Settings, get_settings
-from synedre.db import messages as sql
+from synedre.db import messages
 from synedre.ingest import dkim_verify, mime
 from synedre.log import log
 from synedre.mailboxes import Mailbox
@@ -54,17 +54,17 @@ def _write_attachments(parsed: mime.ParsedMime, settings: Settings, label: str) 
 
 
 def _parse_failed(raw: bytes, base: dict[str, Any], origin: dict[str, Any], reason: mime.Reason,
-                  error: str) -> sql.NewMessage:
+                  error: str) -> messages.NewMessage:
     """Bytes nothing could be parsed from (too large, the parser raised, refused by the
     database): stored raw, with what a plain regex finds in the head."""
     mid, synthetic, sender, subject = mime.fallback_headers(raw)
-    return sql.NewMessage(
+    return messages.NewMessage(
         **base, message_id=mid, synthetic_id=synthetic, envelope_from=sender, subject=subject,
         headers=[], dkim_pass=False, status=Status.PARSE_FAILED, attachments_dir=None, attachments=[],
         audits=[("poll_inserted", origin), (str(Status.PARSE_FAILED), {"reason": reason, "error": error})])
 
 
-def build(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: Settings) -> sql.NewMessage:
+def build(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: Settings) -> messages.NewMessage:
     """The rows for one delivery. Never raises on bad input: it becomes `parse_failed`.
 
     A message one of `mime.REJECTIONS` refuses (no header block, no From:, a binary body)
@@ -92,12 +92,12 @@ def build(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: Settin
         subject=parsed.subject, headers=parsed.headers)
     refused = mime.rejection(parsed)
     if refused is not None:
-        return sql.NewMessage(
+        return messages.NewMessage(
             **base, **fields, dkim_pass=False, status=Status.PARSE_FAILED, attachments_dir=None,
             attachments=[], audits=[("poll_inserted", origin), *defects,
                                     (str(Status.PARSE_FAILED), {"reason": refused.reason, "error": refused.error})])
     dkim = dkim_verify.verify(raw, parsed.from_values, _dnsfunc(settings), settings.dns_timeout_s)
-    return sql.NewMessage(
+    return messages.NewMessage(
         **base, **fields, dkim_pass=dkim.passed, status=Status.RECEIVED,
         attachments_dir=_write_attachments(parsed, settings, f"{mailbox}-{uidvalidity}-{uid}"),
         attachments=[{"idx": a.idx, "filename": a.filename, "content_type": a.content_type,
@@ -106,13 +106,13 @@ def build(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: Settin
         audits=[("poll_inserted", {**origin, "dkim": dkim.reason}), *defects])
 
 
-def _store(new: sql.NewMessage) -> int | None:
+def _store(new: messages.NewMessage) -> int | None:
     try:
         with db.transaction() as conn:
-            mid = sql.insert_raw(conn, new)
+            mid = messages.insert_raw(conn, new)
             if mid is not None:
                 runner.admit(conn, mid, new.status, new.attachments_dir)
-                sql.insert_parts(conn, mid, new)
+                messages.insert_parts(conn, mid, new)
             return mid
     except Exception:
         if new.attachments_dir:
@@ -124,7 +124,7 @@ def ingest_one(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: S
                enqueue: Callable[[int], None]) -> int | None:
     """Store one delivery exactly once and hand it to the next stage. Returns the new id."""
     with db.transaction() as conn:
-        existing = sql.find_existing(conn, mailbox, uidvalidity, uid,
+        existing = messages.find_existing(conn, mailbox, uidvalidity, uid,
                                      mime.fallback_headers(raw)[0])
     new = None
     if existing is None:
@@ -146,7 +146,7 @@ def ingest_one(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: S
                 enqueue(new_id)
             return new_id
         with db.transaction() as conn:  # lost a race: the other poll stored it first
-            existing = sql.find_existing(conn, mailbox, uidvalidity, uid, new.message_id)
+            existing = messages.find_existing(conn, mailbox, uidvalidity, uid, new.message_id)
     if existing is None:
         raise RuntimeError(f"uid {uid}: insert refused but no existing row found")
     if existing.same_uid:
@@ -156,7 +156,7 @@ def ingest_one(raw: bytes, mailbox: str, uidvalidity: int, uid: int, settings: S
             enqueue(existing.id)
     else:
         with db.transaction() as conn:
-            sql.audit(conn, existing.id, "poll_duplicate",
+            messages.audit(conn, existing.id, "poll_duplicate",
                       uid=uid, uidvalidity=uidvalidity, mailbox=mailbox)
     log.info("poll_duplicate", message=existing.id, uid=uid, same_uid=existing.same_uid)
     return None
