@@ -22,6 +22,7 @@ from synedre.message import ParsedMessage
 from synedre.orchestrate import iterations
 from synedre.orchestrate.contract import read_contract
 from synedre.pipeline import BY_NAME, LaunchStatus, Status
+from synedre.redact import Redactor
 from synedre.spawn import agent, launcher, locks, persona, prompt, routing, sandbox, workspace
 
 DEFAULT_AGENT = "atlas"
@@ -291,11 +292,12 @@ class _Launch:
                                      max_budget_usd=s.max_budget_usd)
             log.info("spawn_started", message=claim.message_id, attempt=claim.attempt, model=self.model,
                      kind=self.system.kind, tools=",".join(lane.allowed), agent_user=run_as.name if run_as else None)
+            redactor = secrets.redactor(s)  # the stream's, then what the agent left (contract, commits)
             outcome = launcher.run(argv, cwd=ws.path, env=env, limits=launcher.Limits(
                 idle_timeout_s=s.idle_timeout_s, hard_timeout_s=s.hard_timeout_s, budget_s=s.launch_budget_s),
-                redactor=secrets.redactor(s), on_events=self.persist(), ndjson_path=where.base / "events.ndjson",
+                redactor=redactor, on_events=self.persist(), ndjson_path=where.base / "events.ndjson",
                 on_session=self.on_session, stop=self.stop, umask=workspace.PRIVATE_UMASK, run_as=run_as)
-        return self.conclude(ws, where, outcome)
+        return self.conclude(ws, where, outcome, redactor)
 
     def open_clone(self, where: _Layout, run_as: launcher.RunAs | None) -> workspace.Workspace | runner.Done:
         """The launch's own clone of the repository (an empty one when none is configured,
@@ -339,8 +341,11 @@ class _Launch:
         with db.transaction() as conn:
             launches.update(conn, self.claim, session_id=session_id)
 
-    def conclude(self, ws: workspace.Workspace, where: _Layout, outcome: launcher.RunOutcome) -> runner.Done:
-        """The verdict, the branch brought back and merged (only after a success), the row."""
+    def conclude(self, ws: workspace.Workspace, where: _Layout, outcome: launcher.RunOutcome,
+                 redactor: Redactor) -> runner.Done:
+        """The verdict, the branch brought back and merged (only after a success), the row.
+        Everything the agent wrote (its contract, its commits' subjects, the raw contract text
+        of a failed run) goes through the stream's redactor before it is stored."""
         # Its processes are gone: what it left can be looked at safely (a plain file of its own).
         workspace.settle_agent_file(where.contract)
         collect_error = workspace.collect(ws)
@@ -367,15 +372,16 @@ class _Launch:
             salvage["collect_error"] = collect_error
         if launch_outcome == LaunchStatus.SANDBOX_UNAVAILABLE and r:
             salvage["startup_errors"] = r.raw.get("errors")
+        stored = redactor.redact_obj(contract.contract.model_dump()) if contract.contract else None
         with db.transaction() as conn:
             runner.finish_launch(conn, self.claim, verdict.done, outcome=launch_outcome, reason=verdict.reason,
                                  exit_code=outcome.exit_code, is_error=r.is_error if r else None,
                                  num_turns=r.num_turns if r else None, cost_usd=r.total_cost_usd if r else None,
-                                 contract=contract.contract.model_dump() if contract.contract else None,
-                                 salvage=salvage)
+                                 contract=stored, salvage=redactor.redact_obj(salvage))
             if merged is not None and merged.failed:
-                messages.audit(conn, self.claim.message_id, str(Status.MERGE_FAILED), reason=merged.reason,
-                               branch=ws.branch, commits=merged.commits)
+                messages.audit(conn, self.claim.message_id, str(Status.MERGE_FAILED),
+                               **redactor.redact_obj({"reason": merged.reason, "branch": ws.branch,
+                                                      "commits": merged.commits}))
         if collect_error is None:  # a clone whose branch did not come back is kept
             workspace.close_workspace(ws)
         log.info("spawn_finished", message=self.claim.message_id, ok=verdict.ok, reason=verdict.reason,

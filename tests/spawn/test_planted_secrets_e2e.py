@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from tests.services import stack
-from tests.services.claude_api import bash, text
+from tests.services.claude_api import ScriptedModel, bash, text
 from tests.spawn.test_launch_e2e import (  # noqa: F401  launch_env and repo are fixtures used here
     agent_script,
     finished,
@@ -63,3 +63,40 @@ def test_every_planted_secret_kind_stays_out_of_the_database_the_ndjson_and_the_
             if secret in content:
                 leaked.append(f"{sid} in {where}")
     assert leaked == []
+
+
+def test_secrets_in_what_the_agent_leaves_its_contract_its_commits_and_a_failed_run_s_salvage_are_not_stored(
+        services, launch_env, tmp_path):  # noqa: F811
+    """The stream is not all an agent writes: its contract (kept on the launch, read by the
+    deploy and the recap), its commit subjects and, when the run fails, the raw contract text
+    and the validation errors quoting it (the salvage). Each goes through the redactor."""
+    from tests.spawn.test_launch_e2e import launch_one
+
+    url = services["db"]
+    picked = [s for s in SHAPES if s[0] in ("flag_password", "flag_password_equals")] + SHAPES[:3]
+    planted = " ; ".join(t for _, t, _, _ in picked)
+
+    def b64(value: str) -> str:
+        return base64.b64encode(value.encode()).decode()
+
+    def script(contract: dict, tag: str) -> ScriptedModel:
+        return ScriptedModel([
+            [bash(f"echo {b64(json.dumps(contract))} | base64 -d > \"$SYNEDRE_CONTRACT_PATH\"")],
+            [bash(f"f=fix-{tag}.txt && pwd > $f && git add $f"
+                  f" && git commit -qm \"$(echo {b64(planted)} | base64 -d)\"")],
+            [text("done")]])
+    valid = {"ok": True, "tenant": "dupont", "routes_to_qa": ["/"], "commits": [], "summary_md": planted,
+             "draft_reply_for_user": planted}
+    _, (status, _, _, _, _, ok_id), _ = launch_one(services, launch_env, tmp_path, script(valid, "ok"), tag="ok")
+    assert status == "succeeded"
+    invalid = {"ok": planted, "tenant": "dupont", "commits": [], "summary_md": planted}  # refused, kept as salvage
+    _, (status, reason, _, salvage, _, bad_id), _ = launch_one(services, launch_env, tmp_path,
+                                                               script(invalid, "bad"), tag="bad")
+    assert (status, reason) == ("failed", "invalid_contract")
+    assert salvage["commits"] and salvage["contract"] and salvage["contract_errors"]  # there, but hidden
+    with psycopg.connect(url) as conn:
+        (contract,), = conn.execute("SELECT contract FROM synedre.launches WHERE id = %s", (ok_id,)).fetchall()
+    assert contract["tenant"] == "dupont" and "[REDACTED" in contract["summary_md"]
+    dump = dump_schema(url)
+    leaked = [sid for sid, _, secret, _ in picked if secret in dump]
+    assert leaked == [] and "[REDACTED" in json.dumps(salvage)
