@@ -232,4 +232,7 @@ HOSTILE_RUN = 200_000
 def test_hostile_bodies_split_in_linear_time(body):
     # Overlapping quantifiers once made a 100 kB line of blanks take minutes.
     split = split_cover_quoted(body)
-    forwarded_sender(split.quoted or body)
+    # nothing lost or invented: the cover, the blanks between, then the quoted part, as received
+    assert body.startswith(split.cover) and body.endswith(split.quoted)
+    assert not body[len(split.cover):len(body) - len(split.quoted)].strip()
+    assert forwarded_sender(split.quoted or body) is None  # no whole address in any of them

@@ -142,7 +142,10 @@ def test_the_agent_runs_as_its_user_reads_no_secret_and_is_refused_by_postgresql
     assert q(fleet["url"], "SELECT count(*) FROM synedre.audit_log WHERE event = 'actioned'") == [(0,)]
     # the agent's clone came back: its commit is on the trunk, made by root from the agent's branch
     assert git(fleet["repo"], "log", "-1", "--format=%s", "preprod").strip() == "agent commit"
-    assert json.loads(CONTRACT)["ok"] is True
+    (contract,), = q(fleet["url"], "SELECT contract FROM synedre.launches")  # the one the agent wrote, as stored
+    written = json.loads(CONTRACT)
+    assert contract["ok"] is True and (contract["tenant"], contract["summary_md"]) == (written["tenant"],
+                                                                                      written["summary_md"])
 
 
 def test_a_sigkilled_worker_leaves_no_process_of_the_agent_user_behind(fleet, tmp_path):

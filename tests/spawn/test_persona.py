@@ -77,6 +77,7 @@ def test_a_failing_lessons_query_leaves_the_callers_transaction_usable(conn):
     with conn.transaction():
         # a vector of the wrong dimension makes PostgreSQL refuse the lessons query
         p = persona.load(conn, "backend", query="x", embed=lambda _: persona.Vector([0.1, 0.2], MODEL))
-        assert p.lessons == [] and "DataException" in p.lessons_error or "dimensions" in p.lessons_error
+        assert p.lessons == [] and p.lessons_error is not None
+        assert "DataException" in p.lessons_error or "dimensions" in p.lessons_error
         # the surrounding transaction is still alive: the caller can audit and go on
         assert conn.execute("SELECT 1 AS one").fetchone()["one"] == 1
