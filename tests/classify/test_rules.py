@@ -87,6 +87,14 @@ def test_existing_client_negociation_becomes_run_plan_but_conseil_stays():
     assert rule.apply(facts(envelope_client=None), c("negociation")) is None
 
 
+def test_an_unauthenticated_existing_client_negociation_is_not_raised_to_a_run():
+    """A forged envelope address of a client must not turn a prospect's negotiation into a
+    run + plan for that client (rule 8 fires only on a DKIM-verified envelope)."""
+    rule = rules.ExistingClientNotProspect()
+    assert rule.apply(facts(envelope_client=PAYING, dkim_pass=False), c("negociation")) is None
+    assert rule.apply(facts(envelope_client=PAYING, dkim_pass=True), c("negociation")).intent == "run"
+
+
 def test_the_order_is_the_spec_order_and_names_are_unique():
     names = [r.name for r in rules.AFTER_LLM]
     assert names.index("confidence_floor_noise") < names.index("classification_uncertain") \

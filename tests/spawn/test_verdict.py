@@ -1,0 +1,39 @@
+"""The launch's verdict (SPEC §8: never trust the exit code alone), each refusal on its own."""
+import pytest
+
+from synedre.spawn.launcher import RunOutcome
+from synedre.spawn.stream import parse_event
+from synedre.stages.spawn import LaunchVerdict, succeeded
+
+pytestmark = pytest.mark.unit
+
+
+def outcome(exit_code=0, **result) -> RunOutcome:
+    raw = {"type": "result", "subtype": "success", "is_error": False, "num_turns": 5, "duration_ms": 10,
+           "total_cost_usd": 0.01, "usage": {}, "session_id": "s", "permission_denials": [], "result": "done",
+           **result}
+    return RunOutcome(exit_code, "result", "s", parse_event(raw), 10, 0, 1.0)
+
+
+def test_a_clean_result_with_a_valid_contract_succeeds():
+    assert succeeded(outcome(), 40, True) == LaunchVerdict(True, "success")
+
+
+def test_a_result_flagged_as_an_error_fails_even_with_exit_0_and_subtype_success():
+    assert succeeded(outcome(is_error=True), 40, True) == LaunchVerdict(False, "result:success:is_error=True")
+
+
+def test_a_result_that_is_not_a_success_fails():
+    assert succeeded(outcome(subtype="error_max_turns"), 40, True) == \
+        LaunchVerdict(False, "result:error_max_turns:is_error=False")
+
+
+def test_a_run_over_its_turn_cap_fails_though_the_cli_called_it_a_success():
+    assert succeeded(outcome(num_turns=41), 40, True) == LaunchVerdict(False, "turn_cap_exceeded")
+    assert succeeded(outcome(num_turns=40), 40, True) == LaunchVerdict(True, "success")  # at the cap: fine
+    assert succeeded(outcome(num_turns=500), None, True) == LaunchVerdict(True, "success")  # uncapped
+
+
+def test_no_result_at_all_fails_with_the_stop_reason():
+    none = RunOutcome(0, "exited", None, None, 3, 0, 1.0)
+    assert succeeded(none, 40, True) == LaunchVerdict(False, "exited")
