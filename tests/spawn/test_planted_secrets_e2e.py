@@ -2,11 +2,14 @@
 real spawn worker, leaves none of them in the database, the NDJSON file or the worker's log."""
 import base64
 import json
+import os
 import shutil
+from pathlib import Path
 
 import psycopg
 import pytest
 
+from tests.orchestrate.test_close_the_loop import loop, q  # noqa: F401  loop is a fixture used here
 from tests.services import stack
 from tests.services.claude_api import ScriptedModel, bash, text
 from tests.spawn.test_launch_e2e import (  # noqa: F401  launch_env and repo are fixtures used here
@@ -100,3 +103,47 @@ def test_secrets_in_what_the_agent_leaves_its_contract_its_commits_and_a_failed_
     dump = dump_schema(url)
     leaked = [sid for sid, _, secret, _ in picked if secret in dump]
     assert leaked == [] and "[REDACTED" in json.dumps(salvage)
+
+
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian's chromium is missing")
+def test_secrets_in_the_deploy_log_and_the_pages_console_are_not_stored(loop, capfd):  # noqa: F811
+    """After the launch, what the client's code prints reaches us too: its `./deploy`'s output
+    (kept in `qa_runs`) and the page's console in Chromium (kept in `qa_checks`). The agent
+    makes both print planted secrets; the stages run in this process, so its log is read too."""
+    from synedre.config import get_settings
+    from synedre.stages import deploy, qa, spawn
+    from tests.orchestrate.test_close_the_loop import contract_step, page
+    from tests.services.claude_api import start_claude_api
+
+    url, site = loop["url"], loop["site"]
+    picked = [s for s in SHAPES if s[0] in ("flag_password", "flag_password_equals")]
+    script = (site.repo / "deploy").read_text().replace(
+        "set -euo pipefail\n", "set -euo pipefail\n" + "".join(f"echo {json.dumps(t)}\n" for _, t, _, _ in picked), 1)
+    broken = page("Contact", "<form><button>Envoyer</button></form>"
+                  + "".join(f"<script>console.error({json.dumps(t)})</script>" for _, t, _, _ in picked))
+
+    def b64(value: str) -> str:
+        return base64.b64encode(value.encode()).decode()
+    mid, = make_launchable(url, loop["tmp"], complexity="plan", tag="planted-after")
+    api = start_claude_api(ScriptedModel([
+        [bash(f"echo {b64(script)} | base64 -d > deploy && echo {b64(broken)} | base64 -d > site/contact.html"
+              " && git add deploy site/contact.html && git commit -qm 'contact, and a chatty deploy'")],
+        [contract_step()], [text("Done.")]]))
+    try:
+        os.environ["SYNEDRE_ANTHROPIC_BASE_URL"] = api.url  # the loop's monkeypatch restores the environment
+        get_settings.cache_clear()
+        assert spawn.run(mid).status == "spawned"
+    finally:
+        api.stop()
+    assert deploy.run(mid).status == "deployed"
+    assert qa.plan(mid)[0].status == "qa"
+    assert qa.check_one(mid).status == "qa_failed"  # the console errors failed the page
+    (log_tail,), = [r for r in q(url, "SELECT deploy_log FROM synedre.qa_runs")]
+    (detail,), = [r for r in q(url, "SELECT detail FROM synedre.qa_checks")]
+    assert "[REDACTED" in log_tail and detail["console_errors"] and "[REDACTED" in json.dumps(detail)
+    dump, printed = dump_schema(url), capfd.readouterr()
+    ndjson = "".join(p.read_text() for p in Path(get_settings().state_dir).rglob("events.ndjson"))
+    leaked = [f"{sid} in {where}" for sid, _, secret, _ in picked
+              for where, content in (("database", dump), ("ndjson", ndjson), ("log", printed.out + printed.err))
+              if secret in content]
+    assert leaked == []
