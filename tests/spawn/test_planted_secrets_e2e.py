@@ -2,7 +2,6 @@
 real spawn worker, leaves none of them in the database, the NDJSON file or the worker's log."""
 import base64
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -106,7 +105,7 @@ def test_secrets_in_what_the_agent_leaves_its_contract_its_commits_and_a_failed_
 
 
 @pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian's chromium is missing")
-def test_secrets_in_the_deploy_log_and_the_pages_console_are_not_stored(loop, capfd):  # noqa: F811
+def test_secrets_in_the_deploy_log_and_the_pages_console_are_not_stored(loop, capfd, monkeypatch):  # noqa: F811
     """After the launch, what the client's code prints reaches us too: its `./deploy`'s output
     (kept in `qa_runs`) and the page's console in Chromium (kept in `qa_checks`). The agent
     makes both print planted secrets; the stages run in this process, so its log is read too."""
@@ -130,7 +129,7 @@ def test_secrets_in_the_deploy_log_and_the_pages_console_are_not_stored(loop, ca
               " && git add deploy site/contact.html && git commit -qm 'contact, and a chatty deploy'")],
         [contract_step()], [text("Done.")]]))
     try:
-        os.environ["SYNEDRE_ANTHROPIC_BASE_URL"] = api.url  # the loop's monkeypatch restores the environment
+        monkeypatch.setenv("SYNEDRE_ANTHROPIC_BASE_URL", api.url)
         get_settings.cache_clear()
         assert spawn.run(mid).status == "spawned"
     finally:
