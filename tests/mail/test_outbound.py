@@ -314,3 +314,38 @@ def test_without_a_founder_nothing_is_drafted_nor_sent(mail):
         _send(mail)
     assert rows(mail["db"], "SELECT count(*) FROM synedre.outbound_mail") == [(0,)]
     assert mail["smtp"].messages() == [] and _folder(mail["dovecot"], "Drafts") is None
+
+
+def test_a_draft_claim_behind_an_uncommitted_first_one_gets_its_row_and_no_claim(mail):
+    """Two first sends of the same mail: the second claim waits on the first's uncommitted
+    row and, once it commits, finds it taken (the first's claim is live), without an error."""
+    from psycopg.rows import dict_row
+
+    rfc = outbound.rfc_message_id("recap", mail["mid"], ORIGINAL, ATLAS)
+    first = psycopg.connect(mail["db"], row_factory=dict_row)
+    got: list = []
+    try:
+        row, owned = outbound._claim(first, mail["mid"], "recap", "atlas", rfc)  # uncommitted
+        assert owned
+
+        def second() -> None:
+            with psycopg.connect(mail["db"], row_factory=dict_row) as conn:
+                try:
+                    got.append(outbound._claim(conn, mail["mid"], "recap", "atlas", rfc))
+                except psycopg.Error as exc:
+                    got.append(exc)
+        racer = threading.Thread(target=second)
+        racer.start()
+        with psycopg.connect(mail["db"], autocommit=True) as watch:  # the racer waits on the first's row
+            for _ in range(200):
+                if watch.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                                 " AND datname = current_database()").fetchone()[0]:
+                    break
+                threading.Event().wait(0.05)
+        first.commit()
+        racer.join(timeout=30)
+    finally:
+        first.close()
+    assert len(got) == 1 and not isinstance(got[0], Exception), got
+    row, owned = got[0]
+    assert not owned and row["rfc_message_id"] == rfc and row["status"] == "drafting"
