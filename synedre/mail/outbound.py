@@ -48,6 +48,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from imapclient import DRAFT, SEEN, IMAPClient
 from imapclient.exceptions import IMAPClientError
 from imapclient.imapclient import DRAFTS, SENT
@@ -310,7 +311,14 @@ def _claim(conn: Conn, message_db_id: int, kind: str, mailbox: str, rfc: str) ->
     its lease becomes `send_unknown` here, with its audit row."""
     args = {"mid": message_db_id, "kind": kind, "mailbox": mailbox, "rfc": rfc,
             "lease": DRAFT_LEASE_S}
-    row = conn.execute(_CLAIM_DRAFT, args).fetchone()
+    try:
+        with conn.transaction():  # a savepoint, for the race below
+            row = conn.execute(_CLAIM_DRAFT, args).fetchone()
+    except psycopg.errors.UniqueViolation:
+        # Two first INSERTs passed the claim's conflict check at once: the second then fails on
+        # the Message-ID's own unique index, which ON CONFLICT does not arbitrate. The first has
+        # committed by now (the violation waits for it): the same claim finds its row.
+        row = conn.execute(_CLAIM_DRAFT, args).fetchone()
     if row is not None:
         return row, True
     stuck = conn.execute(_STUCK_SENDING, {**args, "lease": SEND_LEASE_S}).fetchone()
