@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from synedre import mailboxes
-from synedre.config import KEYED_PROVIDERS, Settings, get_settings, secret_from_env
+from synedre.config import KEYED_PROVIDERS, Settings, get_settings
 from synedre.redact import Redactor
 
 _lock = threading.Lock()
@@ -44,7 +44,7 @@ def _current(s: Settings) -> tuple[object, tuple[str, ...], Redactor]:
     stamp = _stamp(s)
     with _lock:
         if _built is None or _built[0] != stamp:
-            found = _gather(s)
+            found = _gather(s, passwords=stamp[2])
             _built = (stamp, found, Redactor(list(found)))
         return _built
 
@@ -75,7 +75,8 @@ def _password_envs(path: str, identity: object) -> tuple[str, ...]:
         return ()
 
 
-def _gather(s: Settings) -> tuple[str, ...]:
+def _gather(s: Settings, passwords: tuple[str | None, ...]) -> tuple[str, ...]:
+    """`passwords`: the mailbox password variables' values, as the stamp just read them."""
     found = []
     for provider in KEYED_PROVIDERS:
         key, _ = s.resolve_key(provider)
@@ -88,7 +89,7 @@ def _gather(s: Settings) -> tuple[str, ...]:
             password = None
         if password:
             found += [password, unquote(password)]
-    found += [v for name in _password_envs(*_stamp(s)[1][0]) if (v := secret_from_env(name))]
+    found += [v for v in passwords if v]
     flower, _ = s.flower_auth()
     for auth in (s.flower_basic_auth, flower):
         for pair in auth.get_secret_value().split(",") if auth is not None else ():

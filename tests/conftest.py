@@ -161,3 +161,20 @@ def pipeline(services, clamd, case_llm, monkeypatch):
     finally:
         for w in workers:
             w.stop()
+
+
+def rebuild_pool(monkeypatch, size: int):
+    """The process's pool, closed and rebuilt on next use with `size` connections at most;
+    returns the cleanup that closes it again."""
+    from synedre import db as database
+    from synedre.config import get_settings
+
+    monkeypatch.setenv("SYNEDRE_DB_POOL_MAX", str(size))
+    get_settings.cache_clear()
+
+    def close() -> None:
+        if database._pool is not None:
+            database._pool.close()
+        database._pool = None
+    close()
+    return close

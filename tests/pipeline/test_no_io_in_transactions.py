@@ -21,7 +21,7 @@ from synedre import db
 from synedre.config import Settings, get_settings
 from synedre.pipeline import Status
 from synedre.runner import Done
-from tests.conftest import CORPUS
+from tests.conftest import CORPUS, rebuild_pool
 from tests.orchestrate.test_close_the_loop import FIXED, contract_step, loop, q, status, write_page  # noqa: F401
 from tests.services.claude_api import ScriptedModel, start_claude_api, text
 from tests.spawn.test_launch_e2e import make_launchable
@@ -33,16 +33,10 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.integration,
 
 @pytest.fixture
 def one_connection(loop, clamd, monkeypatch):  # noqa: F811
-    monkeypatch.setenv("SYNEDRE_DB_POOL_MAX", "1")
     monkeypatch.setenv("SYNEDRE_CLAMD", str(clamd.socket_path))
-    get_settings.cache_clear()
-    if db._pool is not None:
-        db._pool.close()
-    db._pool = None
+    close = rebuild_pool(monkeypatch, 1)
     yield loop
-    if db._pool is not None:
-        db._pool.close()
-    db._pool = None
+    close()
     get_settings.cache_clear()
 
 

@@ -7,10 +7,10 @@ import time
 import psycopg
 import pytest
 
-from synedre import db as dbmod
 from synedre.config import Settings, get_settings
 from synedre.pipeline import Status
 from synedre.stages.poll import ingest_one
+from tests.conftest import rebuild_pool
 from tests.services.llm_server import start_llm_server
 
 pytestmark = pytest.mark.timeout(120)
@@ -20,15 +20,9 @@ DELAY_S, MESSAGES, POOL = 2.0, 20, 2
 @pytest.fixture
 def small_pool(db, monkeypatch):
     """The process's pool, rebuilt with two connections."""
-    monkeypatch.setenv("SYNEDRE_DB_POOL_MAX", str(POOL))
-    get_settings.cache_clear()
-    if dbmod._pool is not None:
-        dbmod._pool.close()
-    dbmod._pool = None
+    close = rebuild_pool(monkeypatch, POOL)
     yield db
-    if dbmod._pool is not None:
-        dbmod._pool.close()
-    dbmod._pool = None
+    close()
 
 
 def test_a_pool_of_two_serves_twenty_concurrent_llm_waits(small_pool, tmp_path, monkeypatch):
