@@ -17,6 +17,8 @@ from synedre.orchestrate.compaction import (
     render,
     truncate_lines,
 )
+from synedre.redact import Redactor
+from synedre.spawn.launcher import _Stream
 from tests.orchestrate.transcripts import coding_session
 
 pytestmark = pytest.mark.timeout(60)
@@ -27,6 +29,29 @@ MARKER = re.compile(r"\[\.\.\. (\d+) lines omitted \.\.\.\]")
 def session():
     t = coding_session()
     return t, compact(t.events)
+
+
+class _Rows:
+    """The launcher's writer, keeping the payloads it would insert into launch_events."""
+
+    def __init__(self):
+        self.payloads: list[dict] = []
+
+    def add(self, batch):
+        self.payloads.extend(payload for _, payload in batch)
+
+
+def as_stored(events: list[dict]) -> list[dict]:
+    """`events` as launch_events holds them: through the launcher's own `_Stream` (the CLI's
+    NDJSON lines reassembled, each partial's delta stripped to its length, redacted), one
+    row per event, partials included. What iterations.py reads back and compacts."""
+    rows = _Rows()
+    stream = _Stream(Redactor(), None, rows, None)
+    stream.handle(stream.reader.feed(b"".join(json.dumps(e, ensure_ascii=False).encode() + b"\n"
+                                              for e in events)))
+    stream.handle(stream.reader.close())
+    assert len(rows.payloads) == len(events)
+    return rows.payloads
 
 
 def results(events):
@@ -152,17 +177,42 @@ def test_compact_does_not_mutate_its_input():
 
 # --- the realistic session -------------------------------------------------------------------
 
-def test_a_realistic_session_shrinks_by_70_to_90_percent(session):
-    t, out = session
-    # Partials duplicate the assistant messages and are never read by a model: the
-    # SPEC's target is about the conversation, so that is the baseline asserted.
-    conversation = [e for e in t.events if e["type"] != "stream_event"]
-    before, stored, after = approx_tokens(conversation), approx_tokens(t.events), approx_tokens(out)
-    reduction = 1 - after / before
-    print(f"\n{t.turns} turns: conversation {before} → {after} tokens ({reduction:.1%} fewer); "
-          f"stored with partials {stored} → {after} ({1 - after / stored:.1%} fewer)")
+# SPEC §11: "70–90 % fewer tokens". Two baselines, both taken from what launch_events holds:
+# - stored: every row, the partials included (`stream_event`s: each repeats, piece by piece,
+#   an assistant message stored beside it; stored as envelopes with their deltas' lengths,
+#   so they are about half of the stored tokens);
+# - conversation: the same rows without the partials, what a model reads.
+# The SPEC's range is asserted against the conversation: its floor says enough goes, its
+# ceiling that compaction did not cut into what the next run needs. Against what is stored,
+# the reduction is over 90 % (about 94 % here), because half of it is partials, which go
+# whole. So against that baseline the SPEC's floor is asserted, and the ceiling carried over
+# by the partials' share p: 1 - 0.10 (1 - p), beyond which the conversation lost over 90 %.
+# That the gap between the two baselines is the partials and nothing else is asserted too.
+TARGET_LOW, TARGET_HIGH = 0.70, 0.90
+
+
+def test_a_realistic_session_meets_the_target_against_the_conversation_and_what_is_stored():
+    t = coding_session()
+    stored = as_stored(t.events)
+    conversation = [e for e in stored if e["type"] != "stream_event"]
+    out = compact(stored)  # as iterations.py compacts a launch's rows
+    stored_tokens, conversation_tokens = approx_tokens(stored), approx_tokens(conversation)
+    after, conversation_after = approx_tokens(out), approx_tokens(compact(conversation))
+    of_stored, of_conversation = 1 - after / stored_tokens, 1 - conversation_after / conversation_tokens
+    partial_share = 1 - conversation_tokens / stored_tokens
+    ceiling = 1 - (1 - TARGET_HIGH) * (1 - partial_share)
+    print(f"\n{t.turns} turns: stored {stored_tokens} → {after} tokens ({of_stored:.1%} fewer; partials"
+          f" {partial_share:.1%} of it, ceiling {ceiling:.1%}); conversation {conversation_tokens} →"
+          f" {conversation_after} ({of_conversation:.1%} fewer); raw CLI stream, deltas' text included"
+          f" (not stored) {approx_tokens(t.events)}")
     assert t.turns >= 40
-    assert 0.70 <= reduction <= 0.90
+    assert sum(e["type"] == "stream_event" for e in stored) > len(stored) / 2  # partials really stored
+    assert TARGET_LOW <= of_conversation <= TARGET_HIGH
+    assert TARGET_LOW <= of_stored <= ceiling
+    # the two compactions differ by the last turn's partials alone (kept byte for byte)
+    tail_partials = [e for e in out if e["type"] == "stream_event"]
+    assert [e for e in out if e["type"] != "stream_event"] == compact(conversation)
+    assert tail_partials == [e for e in stored[t.last_turn_start:] if e["type"] == "stream_event"]
 
 
 def test_the_last_turn_is_byte_identical(session):
