@@ -1,4 +1,6 @@
 """Each guard rail alone, then the chain's order (SPEC §6)."""
+import dataclasses
+
 import pytest
 
 from synedre.classify import rules
@@ -102,3 +104,31 @@ def test_the_order_is_the_spec_order_and_names_are_unique():
         < names.index("negociation_downgraded_existing_client")
     all_names = names + [r.name for r in rules.PRE_LLM]
     assert len(set(all_names)) == len(all_names)
+
+
+# Killing the mutants that survived the first mutation run (docs/mutation.md): a rule that
+# changes nothing must not fire (its name is an audit row), and a rule that raises noise to a
+# question sets the complexity itself instead of trusting the rules before it.
+@pytest.mark.parametrize("intent", ["question", "negociation", "conseil", "noise"])
+def test_complexity_rule_does_not_fire_when_the_complexity_is_already_leger(intent):
+    assert rules.ComplexityOnlyForRun().apply(facts(), c(intent, "leger")) is None
+    assert rules.ComplexityOnlyForRun().apply(facts(), c(intent, "plan")).complexity == "leger"
+
+
+def test_confidence_floor_does_not_fire_on_what_is_already_noise():
+    assert rules.ConfidenceFloor().apply(facts(), c("noise", confidence=0.1)) is None
+
+
+@pytest.mark.parametrize("rule,kw", [
+    (rules.FounderFalseNoise(), dict(from_founder=True, has_attachments=True)),
+    (rules.PayingClientAntiSilence(), dict(envelope_client=PAYING)),
+])
+def test_noise_raised_to_a_question_is_always_leger(rule, kw):
+    out = rule.apply(facts(**kw), c("noise", "plan"))
+    assert (out.intent, out.complexity) == ("question", "leger")
+
+
+def test_any_confirmed_mrr_counts_even_one_euro():
+    one = dataclasses.replace(PAYING, mrr=1.0)
+    out = rules.PayingClientAntiSilence().apply(facts(envelope_client=one), c("noise"))
+    assert out is not None and out.intent == "question"

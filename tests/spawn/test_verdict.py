@@ -37,3 +37,37 @@ def test_a_run_over_its_turn_cap_fails_though_the_cli_called_it_a_success():
 def test_no_result_at_all_fails_with_the_stop_reason():
     none = RunOutcome(0, "exited", None, None, 3, 0, 1.0)
     assert succeeded(none, 40, True) == LaunchVerdict(False, "exited")
+
+
+def test_a_permission_denial_fails_a_run_that_otherwise_succeeded():
+    denied = outcome(permission_denials=[{"tool_name": "Write", "tool_input": {"file_path": "/etc/x"}}])
+    assert succeeded(denied, 40, True) == LaunchVerdict(False, "permission_denials")
+    assert succeeded(denied, None, True) == LaunchVerdict(False, "permission_denials")
+
+
+def test_a_contract_found_in_the_commits_fails_even_when_it_validates():
+    assert succeeded(outcome(), 40, True, contract_committed=True) == LaunchVerdict(False, "contract_committed")
+
+
+def test_an_invalid_contract_fails_a_clean_result():
+    assert succeeded(outcome(), 40, False) == LaunchVerdict(False, "invalid_contract")
+    assert succeeded(outcome(), None, False) == LaunchVerdict(False, "invalid_contract")
+
+
+def test_a_result_without_a_turn_count_is_within_any_cap():
+    # The CLI omits num_turns on some results; an unknown count is not a count over the cap.
+    assert succeeded(outcome(num_turns=None), 0, True) == LaunchVerdict(True, "success")
+    assert succeeded(outcome(num_turns=0), 0, True) == LaunchVerdict(True, "success")
+    assert succeeded(outcome(num_turns=1), 0, True) == LaunchVerdict(False, "turn_cap_exceeded")
+
+
+@pytest.mark.parametrize("kind", ["is_error", "denied", "over_cap", "committed", "invalid"])
+def test_every_refusal_is_a_failure_of_the_message(kind):
+    """Whatever the reason, a refused verdict fails the message: it is never merged."""
+    args = {"is_error": (outcome(is_error=True), 40, True, False),
+            "denied": (outcome(permission_denials=[{"tool_name": "Bash"}]), 40, True, False),
+            "over_cap": (outcome(num_turns=41), 40, True, False),
+            "committed": (outcome(), 40, True, True),
+            "invalid": (outcome(), 40, False, False)}[kind]
+    v = succeeded(*args)
+    assert v.ok is False and v.message_status != LaunchVerdict(True, "success").message_status
