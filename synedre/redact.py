@@ -577,6 +577,11 @@ class Redactor:
             return out
         if isinstance(obj, (list, tuple)):
             return [self._obj(v) for v in obj]
+        if isinstance(obj, (int, float)) and not isinstance(obj, bool) and self._exact:
+            # A secret of digits (a PIN, a numeric password) written as a JSON number: the
+            # number becomes the marker's string, since no number can stand for one.
+            text = json.dumps(obj)
+            return obj if (hidden := self._exact_pass(text)) == text else hidden
         return obj
 
     def redact_obj(self, obj: T) -> T:
