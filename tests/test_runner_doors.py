@@ -1,0 +1,254 @@
+"""The stage runner's doors against the real database, one at a time: the claim and its
+attempt, the fenced write and release, the lease, the unclaimed move and the launch's
+claim and end. Each asserts the rows as stored (status, attempt, waiting reason, audit
+detail), so that a door that writes a little wrong fails here, not only in a whole run
+(written for the mutation run, docs/mutation.md)."""
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from synedre import db as dbmod, runner
+from synedre.config import Settings
+from synedre.pipeline import BY_NAME, LaunchStatus, Status
+from synedre.stages.poll import ingest_one
+from tests.conftest import CORPUS
+
+pytestmark = pytest.mark.timeout(60)
+SCAN, OCR, SPAWN, QA_ROUTE = BY_NAME["scan"], BY_NAME["ocr"], BY_NAME["spawn"], BY_NAME["qa_route"]
+
+
+@pytest.fixture
+def conn(db):
+    with psycopg.connect(db, row_factory=dict_row, autocommit=True) as c:
+        yield c
+
+
+@pytest.fixture
+def mid(db, tmp_path):
+    raw = (CORPUS / "cases" / "P02-client-direct-question.eml").read_bytes()
+    return ingest_one(raw, "atlas", 1, 1, Settings(state_dir=tmp_path), lambda _: None)
+
+
+def state(conn, mid):
+    return conn.execute("SELECT * FROM synedre.email_states WHERE message_id = %s", (mid,)).fetchone()
+
+
+def audits(conn, mid, event):
+    return [r["detail"] for r in conn.execute(
+        "SELECT detail FROM synedre.audit_log WHERE message_id = %s AND event = %s ORDER BY id", (mid, event))]
+
+
+def materialized(conn, mid, complexity="leger"):
+    run = conn.execute("INSERT INTO synedre.runs (ref_type, ref_id, title, complexity)"
+                       " VALUES ('atlas_inbox', %s, 't', %s) RETURNING id", (str(mid), complexity)).fetchone()["id"]
+    set_status(conn, mid, Status.MATERIALIZED, intent="run", complexity=complexity, run_id=run)
+
+
+def set_status(conn, mid, status, **cols):
+    sets = "".join(f", {k} = %({k})s" for k in cols)
+    conn.execute(f"UPDATE synedre.email_states SET status = %(s)s{sets} WHERE message_id = %(m)s",
+                 {"s": str(status), "m": mid, **cols})
+
+
+def test_a_claim_moves_the_message_to_running_with_the_next_attempt_and_only_once(conn, mid):
+    set_status(conn, mid, Status.RECEIVED, waiting_reason="waited", waiting_until=datetime.now(timezone.utc))
+    before = state(conn, mid)["stage_attempt"]
+    with conn.transaction():
+        c = runner.claim(conn, SCAN, mid)
+    row = state(conn, mid)
+    assert (c.stage, c.message_id, c.attempt) == (SCAN, mid, before + 1)
+    assert c.state["message_id"] == mid and c.state["mailbox"] == "atlas" and "raw" in c.state
+    assert (row["status"], row["stage_attempt"]) == ("scanning", before + 1)
+    assert row["claimed_at"] is not None and row["waiting_reason"] is None and row["waiting_until"] is None
+    assert runner.claim(conn, SCAN, mid) is None  # at scanning: not an entry status any more
+    assert runner.claim(conn, OCR, mid) is None
+
+
+def test_the_write_moves_to_the_exit_with_its_fields_and_audit_only_for_the_owning_attempt(conn, mid):
+    with conn.transaction():
+        c = runner.claim(conn, SCAN, mid)
+    done = runner.Done(Status.SCANNED, detail={"attachments": 2, "stage": "forged"}, fields={"intent": "run"})
+    with conn.transaction():
+        assert runner.settle(conn, c, done) is done
+    row = state(conn, mid)
+    assert (row["status"], row["intent"], row["claimed_at"]) == ("scanned", "run", None)
+    [detail] = audits(conn, mid, "scanned")
+    assert detail["attachments"] == 2 and detail["stage"] == "scan" and detail["attempt"] == c.attempt
+    assert detail["duration_s"] >= 0
+    with pytest.raises(runner.FencedOut), conn.transaction():  # written already: not owned any more
+        runner.settle(conn, c, runner.Done(Status.BLOCKED_UNSAFE_ATTACHMENT))
+    assert state(conn, mid)["status"] == "scanned" and audits(conn, mid, "blocked_unsafe_attachment") == []
+
+
+def test_a_superseded_attempt_writes_nothing_and_the_current_one_does(conn, mid):
+    with conn.transaction():
+        old = runner.claim(conn, SCAN, mid)
+    set_status(conn, mid, Status.RECEIVED)  # an operator's retry, then a second execution
+    with conn.transaction():
+        new = runner.claim(conn, SCAN, mid)
+    assert new.attempt == old.attempt + 1
+    for result in (runner.Done(Status.SCANNED), runner.Held("late", "scan_held")):
+        with pytest.raises(runner.FencedOut), conn.transaction():
+            runner.settle(conn, old, result)
+    assert state(conn, mid)["status"] == "scanning" and audits(conn, mid, "scan_held") == []
+    with conn.transaction():
+        runner.settle(conn, new, runner.Done(Status.SCANNED, event="scan_ok"))
+    assert state(conn, mid)["status"] == "scanned" and audits(conn, mid, "scan_ok")[0]["attempt"] == new.attempt
+
+
+def test_a_held_result_hands_the_message_back_to_wait_with_its_reason_and_until(conn, mid):
+    with conn.transaction():
+        c = runner.claim(conn, SCAN, mid)
+    until = datetime.now(timezone.utc) + timedelta(minutes=5)
+    with conn.transaction():
+        runner.settle(conn, c, runner.Held("clamd unreachable", "scan_waiting", until=until))
+    row = state(conn, mid)
+    assert (row["status"], row["waiting_reason"], row["claimed_at"]) == ("received", "clamd unreachable", None)
+    assert abs((row["waiting_until"] - until).total_seconds()) < 1
+    [detail] = audits(conn, mid, "scan_waiting")
+    assert detail == {"reason": "clamd unreachable", "stage": "scan", "attempt": c.attempt,
+                      "until": until.isoformat()}
+    with conn.transaction():
+        c2 = runner.claim(conn, SCAN, mid)
+    with conn.transaction():
+        runner.settle(conn, c2, runner.Held("again", "scan_waiting"))
+    assert audits(conn, mid, "scan_waiting")[1]["until"] is None and state(conn, mid)["waiting_until"] is None
+
+
+def test_a_write_computed_in_the_transaction_is_checked_and_written_like_a_result(conn, mid):
+    with conn.transaction():
+        c = runner.claim(conn, SCAN, mid)
+    with conn.transaction():
+        out = runner.settle(conn, c, lambda tx: runner.Done(Status.SCANNED, detail={"n": 1}))
+    assert out.status == Status.SCANNED and state(conn, mid)["status"] == "scanned"
+
+
+def test_the_lease_is_renewed_only_for_the_owning_attempt(conn, mid):
+    with conn.transaction():
+        c = runner.claim(conn, SCAN, mid)
+    conn.execute("UPDATE synedre.email_states SET claimed_at = now() - interval '1 hour' WHERE message_id = %s",
+                 (mid,))
+    assert runner._renew(conn, c) is True
+    assert state(conn, mid)["claimed_at"] > datetime.now(timezone.utc) - timedelta(minutes=1)
+    stale = runner.Claim(SCAN, mid, c.attempt - 1, c.state)
+    assert runner._renew(conn, stale) is False
+    with conn.transaction():
+        runner.settle(conn, c, runner.Done(Status.SCANNED))
+    assert runner._renew(conn, c) is False  # written: nothing left to renew
+
+
+def test_run_claims_loads_works_writes_then_runs_the_after_step(db, conn, mid):
+    seen, after = {}, []
+
+    def load(tx, c):
+        seen["load_attempt"] = c.attempt
+        return "loaded"
+
+    def work(c, loaded):
+        seen["work"] = (loaded, state(conn, mid)["status"])
+        return runner.Done(Status.SCANNED, then=lambda: after.append(state(conn, mid)["status"]))
+    out = runner.run(SCAN, mid, load, work)
+    assert out.status == Status.SCANNED and seen["work"] == ("loaded", "scanning") and after == ["scanned"]
+    again = runner.run(SCAN, mid, load, work)
+    assert again == runner.Skip("already past scan (status scanned)", moved_on=True)
+
+
+def test_run_writes_nothing_for_a_skip_and_releases_on_an_error(db, conn, mid):
+    assert runner.run(SCAN, mid, lambda tx, c: None, lambda c, _: runner.Skip("nothing")) == runner.Skip("nothing")
+    assert state(conn, mid)["status"] == "scanning"  # a Skip is the stage's own business
+    set_status(conn, mid, Status.RECEIVED)
+
+    def boom(c, _):
+        raise OSError("disk full")
+    with pytest.raises(OSError):
+        runner.run(SCAN, mid, lambda tx, c: None, boom)
+    row = state(conn, mid)
+    assert row["status"] == "received" and row["waiting_reason"] == "error: OSError: disk full"
+    assert audits(conn, mid, "stage_error")[0]["reason"] == "error: OSError: disk full"
+
+
+def test_run_in_claim_works_and_writes_in_the_claim_s_transaction(db, conn, mid):
+    set_status(conn, mid, Status.SCANNED)
+    out = runner.run_in_claim(OCR, mid, lambda tx, c: runner.Done(Status.READ, detail={"attempt_seen": c.attempt}))
+    assert out.status == Status.READ and state(conn, mid)["status"] == "read"
+    assert runner.run_in_claim(OCR, mid, lambda tx, c: runner.Done(Status.READ)) == \
+        runner.Skip("already past ocr (status read)", moved_on=True)
+
+
+@pytest.mark.parametrize("status,why", [
+    (Status.SCANNING, runner.Skip("scan already in progress")),
+    (Status.READING, runner.Skip("at reading: ocr in progress")),
+    (Status.SCANNED, runner.Skip("already past scan (status scanned)", moved_on=True)),
+])
+def test_why_not_says_where_the_message_is(conn, mid, status, why):
+    set_status(conn, mid, status)
+    assert runner.why_not(conn, SCAN, mid) == why
+    assert runner.why_not(conn, SCAN, mid + 1000) == runner.Skip("no such message")
+
+
+def test_not_yet_at_a_stage_is_not_moved_on(conn, mid):
+    assert runner.why_not(conn, OCR, mid) == runner.Skip("not yet at ocr (status received)")
+
+
+def test_an_unclaimed_move_happens_once_from_the_status_it_names(conn, mid):
+    set_status(conn, mid, Status.QA)
+    done = runner.Done(Status.QA_PASSED, detail={"routes": 3})
+    with conn.transaction():
+        assert runner.move(conn, QA_ROUTE, mid, done, at=Status.QA) is True
+    with conn.transaction():
+        assert runner.move(conn, QA_ROUTE, mid, runner.Done(Status.QA_FAILED), at=Status.QA) is False
+    row = state(conn, mid)
+    assert row["status"] == "qa_passed" and audits(conn, mid, "qa_passed") == [{"routes": 3}]
+    assert audits(conn, mid, "qa_failed") == []
+
+
+def test_a_launch_claim_and_its_end_are_fenced_by_the_launch_attempt(conn, mid):
+    materialized(conn, mid)
+    before = state(conn, mid)["launch_attempt"]
+    with conn.transaction():
+        c = runner.claim_launch(conn, mid, model="sonnet")
+    row = state(conn, mid)
+    assert (row["status"], row["launch_attempt"], c.attempt) == ("spawning", before + 1, before + 1)
+    assert row["claimed_at"] is not None
+    with conn.transaction():
+        assert runner.claim_launch(conn, mid) is None
+    with conn.transaction():
+        runner.finish_launch(conn, c, runner.Done(Status.SPAWN_FAILED, "spawn_failed", detail={"x": 1}),
+                             outcome=LaunchStatus.FAILED, reason="invalid_contract", num_turns=4)
+    row = state(conn, mid)
+    assert (row["status"], row["claimed_at"]) == ("spawn_failed", None)
+    launch = conn.execute("SELECT * FROM synedre.launches WHERE id = %s", (c.launch_id,)).fetchone()
+    assert (launch["status"], launch["stop_reason"], launch["num_turns"]) == ("failed", "invalid_contract", 4)
+    assert launch["ended_at"] is not None
+    [detail] = audits(conn, mid, "spawn_failed")
+    assert detail == {"attempt": c.attempt, "launch_id": c.launch_id, "reason": "invalid_contract", "x": 1}
+
+
+def test_an_iteration_is_claimed_from_qa_failed_after_exactly_its_previous_launches(conn, mid):
+    materialized(conn, mid, "plan")
+    with conn.transaction():
+        first = runner.claim_launch(conn, mid)
+    with conn.transaction():
+        runner.finish_launch(conn, first, runner.Done(Status.SPAWNED, "spawn_action_done"),
+                             outcome=LaunchStatus.SUCCEEDED, reason="result")
+    set_status(conn, mid, Status.QA_FAILED)
+    with conn.transaction():
+        assert runner.claim_launch(conn, mid, iteration=3) is None  # one launch so far, not two
+    with conn.transaction():
+        second = runner.claim_launch(conn, mid, iteration=2)
+    assert second is not None and second.attempt == first.attempt + 1
+    assert conn.execute("SELECT iteration FROM synedre.launches WHERE id = %s",
+                        (second.launch_id,)).fetchone()["iteration"] == 2
+    with pytest.raises(runner.FencedOut), conn.transaction():  # the first launch cannot end it
+        runner.finish_launch(conn, first, runner.Done(Status.SPAWN_FAILED), outcome=LaunchStatus.FAILED,
+                             reason="late")
+    assert state(conn, mid)["status"] == "spawning"
+
+
+def test_the_pool_sees_what_the_doors_committed(db, mid):
+    with dbmod.transaction() as tx:
+        c = runner.claim(tx, SCAN, mid)
+    with dbmod.transaction() as tx:
+        assert runner.claim(tx, SCAN, mid) is None and c.attempt >= 1
