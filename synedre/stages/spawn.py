@@ -92,8 +92,22 @@ def succeeded(outcome: launcher.RunOutcome, max_turns: int | None, contract_vali
     return LaunchVerdict(True, "success")
 
 
+class LaunchStop(threading.Event):
+    """One launch's stop: set by this launch alone (one of its guards lost), and seen set
+    while `worker` is (the worker stopping). A lost guard must not set the worker's event:
+    it stays set in that process, and every later launch there would be interrupted at once."""
+
+    def __init__(self, worker: threading.Event | None = None) -> None:
+        super().__init__()
+        self.worker = worker
+
+    def is_set(self) -> bool:
+        return super().is_set() or (self.worker is not None and self.worker.is_set())
+
+
 def run(message_id: int, s: Settings | None = None, stop: threading.Event | None = None) -> runner.Result:
-    """The launch's result: Done (its verdict written), Held (paused, over budget) or Skip."""
+    """The launch's result: Done (its verdict written), Held (paused, over budget) or Skip.
+    `stop` (the worker's, shared by its launches) interrupts this launch when set."""
     s = s or get_settings()
     r = kv.client()
     if reason := locks.spawn_disabled(r, s.spawn_disabled):
@@ -111,11 +125,11 @@ def run(message_id: int, s: Settings | None = None, stop: threading.Event | None
     try:
         if not slot.acquire():
             raise NoSlot(f"{s.max_concurrent_launches} launches already running")
-        stop = stop or threading.Event()
-        beats = [locks.Heartbeat(g, on_lost=stop.set) for g in (lock, slot)]
+        own = LaunchStop(stop)
+        beats = [locks.Heartbeat(g, on_lost=own.set) for g in (lock, slot)]
         for b in beats:
             b.start()
-        return _launch(message_id, s, stop)
+        return _launch(message_id, s, own)
     finally:
         for b in beats:
             b.stop()
