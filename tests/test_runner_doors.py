@@ -3,7 +3,7 @@ attempt, the fenced write and release, the lease, the unclaimed move and the lau
 claim and end. Each asserts the rows as stored (status, attempt, waiting reason, audit
 detail), so that a door that writes a little wrong fails here, not only in a whole run
 (written for the mutation run, docs/mutation.md)."""
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -53,7 +53,7 @@ def set_status(conn, mid, status, **cols):
 
 
 def test_a_claim_moves_the_message_to_running_with_the_next_attempt_and_only_once(conn, mid):
-    set_status(conn, mid, Status.RECEIVED, waiting_reason="waited", waiting_until=datetime.now(timezone.utc))
+    set_status(conn, mid, Status.RECEIVED, waiting_reason="waited", waiting_until=datetime.now(UTC))
     before = state(conn, mid)["stage_attempt"]
     with conn.transaction():
         c = runner.claim(conn, SCAN, mid)
@@ -101,7 +101,7 @@ def test_a_superseded_attempt_writes_nothing_and_the_current_one_does(conn, mid)
 def test_a_held_result_hands_the_message_back_to_wait_with_its_reason_and_until(conn, mid):
     with conn.transaction():
         c = runner.claim(conn, SCAN, mid)
-    until = datetime.now(timezone.utc) + timedelta(minutes=5)
+    until = datetime.now(UTC) + timedelta(minutes=5)
     with conn.transaction():
         runner.settle(conn, c, runner.Held("clamd unreachable", "scan_waiting", until=until))
     row = state(conn, mid)
@@ -131,7 +131,7 @@ def test_the_lease_is_renewed_only_for_the_owning_attempt(conn, mid):
     conn.execute("UPDATE synedre.email_states SET claimed_at = now() - interval '1 hour' WHERE message_id = %s",
                  (mid,))
     assert runner._renew(conn, c) is True
-    assert state(conn, mid)["claimed_at"] > datetime.now(timezone.utc) - timedelta(minutes=1)
+    assert state(conn, mid)["claimed_at"] > datetime.now(UTC) - timedelta(minutes=1)
     stale = runner.Claim(SCAN, mid, c.attempt - 1, c.state)
     assert runner._renew(conn, stale) is False
     with conn.transaction():

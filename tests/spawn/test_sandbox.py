@@ -4,7 +4,6 @@ real `claude` CLI (its own bubblewrap sandbox) against the scripted Messages API
 repository; the launches go through a real spawn worker on the default configuration."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -242,39 +241,6 @@ def test_a_successful_run_whose_merge_fails_ends_merge_failed_with_an_alert_and_
     out = subprocess.run([sys.executable, "-m", "synedre.cli", "launches"], env={**services["env"], "COLUMNS": "200"},
                          capture_output=True, text=True, timeout=60, cwd=stack.ROOT, check=True).stdout
     assert "merge_failed" in out
-
-
-def test_a_hook_or_fsmonitor_planted_in_the_clone_never_runs_when_the_fleet_brings_the_commits_back(
-        repo, tmp_path):  # noqa: F811
-    """What an agent that escaped its sandbox could plant in its own clone: the fleet's fetch,
-    merge and clean-up run none of it, as the agent's user or as root."""
-    agent = launcher.RunAs.lookup("synedre-agent") if os.geteuid() == 0 else None
-    marker = tmp_path / "planted-ran"
-    ws = workspace.open_workspace(repo, base_branch="preprod", name="hooked", root=tmp_path / "clones")
-    hooks = ws.path / ".git" / "planted-hooks"
-    hooks.mkdir()
-    script = f"#!/bin/sh\necho ran >> {marker}\n"
-    for name in ("post-checkout", "post-merge", "reference-transaction", "pre-push", "post-commit",
-                 "fsmonitor", "upload-pack"):
-        (hooks / name).write_text(script)
-        (hooks / name).chmod(0o755)
-        (ws.path / ".git" / "hooks" / name).write_text(script)
-        (ws.path / ".git" / "hooks" / name).chmod(0o755)
-    (ws.path / "fix.txt").write_text("fix\n")
-    git(ws.path, "add", "fix.txt")
-    git(ws.path, "-c", "core.hooksPath=/dev/null", "-c", "user.name=a", "-c", "user.email=a@b",
-        "commit", "-qm", "agent fix")
-    with (ws.path / ".git" / "config").open("a") as fh:
-        fh.write(f"[core]\n\thooksPath = {hooks}\n\tfsmonitor = {hooks}/fsmonitor\n")
-    if agent is not None:  # the agent's clone, as the fleet finds it after the run
-        workspace.traversable_dir(ws.path.parent)
-        workspace.chown_tree(ws.path, agent)
-        ws = dataclasses.replace(ws, owner=agent)
-    assert workspace.collect(ws) is None
-    assert workspace.merge_back(ws).merged
-    assert workspace.close_workspace(ws)
-    assert git(repo, "log", "-1", "--format=%s", "preprod").strip() == "agent fix"
-    assert not marker.exists()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="creating the non-root fleet user needs root")

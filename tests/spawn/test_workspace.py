@@ -2,15 +2,20 @@
 no worktree, no trunk fallback, and the branch comes back only through `collect`."""
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from synedre.spawn import launcher, workspace
 from synedre.spawn.workspace import (
+    MergeResult,
     WorkspaceError,
     close_workspace,
     collect,
@@ -294,3 +299,56 @@ def test_read_file_is_bounded_and_none_when_absent(tmp_path):
     assert read_file(tmp_path / "c.json") == '{"ok": tr'
     assert read_file(tmp_path / "c.json", limit=3) == '{"o'
     assert read_file(tmp_path / "missing.json") is None
+
+
+AGENT = ["agent"] if os.geteuid() == 0 else []  # the agent's own OS user needs a root fleet
+
+
+@pytest.mark.parametrize("owner", [None, *AGENT])
+def test_a_hook_or_fsmonitor_planted_in_the_clone_never_runs_when_the_fleet_brings_the_commits_back(
+        repo, owner):
+    """What an agent that escaped its sandbox could plant in its own clone: the fleet's fetch,
+    merge and clean-up run none of it, whether the clone is the agent user's (the fetch's
+    serving side then runs as that user) or the fleet's own (hooks overridden)."""
+    drop = Path(tempfile.mkdtemp(prefix="synedre-hook-"))  # /tmp: reachable by the agent's user too
+    drop.chmod(0o1777)
+    marker = drop / "planted-ran"
+    ws = open_ws(repo, "hooked")
+    commit(ws.path, "fix.txt", "fix\n", "agent fix")  # then it plants what would run later
+    hooks = ws.path / ".git" / "planted-hooks"
+    hooks.mkdir()
+    script = f"#!/bin/sh\necho ran >> {marker}\n"
+    for name in ("post-checkout", "post-merge", "reference-transaction", "pre-push", "post-commit",
+                 "fsmonitor", "upload-pack"):
+        for where in (hooks, ws.path / ".git" / "hooks"):
+            (where / name).write_text(script)
+            (where / name).chmod(0o755)
+    with (ws.path / ".git" / "config").open("a") as fh:
+        fh.write(f"[core]\n\thooksPath = {hooks}\n\tfsmonitor = {hooks}/fsmonitor\n")
+    if owner is not None:  # the agent's clone, as the fleet finds it after the run
+        agent = launcher.RunAs.lookup("synedre-agent")
+        workspace.traversable_dir(ws.path.parent)
+        workspace.chown_tree(ws.path, agent)
+        ws = dataclasses.replace(ws, owner=agent)
+    assert collect(ws) is None
+    assert merge_back(ws).merged
+    assert close_workspace(ws)
+    assert git(repo, "log", "-1", "--format=%s", "preprod") == "agent fix"
+    ran = marker.exists()
+    shutil.rmtree(drop)
+    assert not ran
+
+
+def test_a_clone_whose_own_config_hides_untracked_files_is_kept_when_it_holds_some(repo):
+    ws = collected(open_ws(repo))
+    git(ws.path, "config", "status.showUntrackedFiles", "no")
+    (ws.path / "notes").mkdir()
+    (ws.path / "notes" / "draft.md").write_text("not committed\n")
+    assert close_workspace(ws) is False and (ws.path / "notes" / "draft.md").exists()
+
+
+def test_a_branch_that_never_came_back_is_not_merged_and_has_no_commits(repo):
+    ws = open_ws(repo)
+    commit(ws.path, "fix.py", "x = 1\n", "never collected")
+    assert merge_back(ws) == MergeResult(False, "no commits to merge", [])
+    assert merge_back(ws).failed is False  # nothing of the agent's reached the trunk to fail
