@@ -1,36 +1,75 @@
 """Operate the Synedre fleet (an email in, executed work out): run it, see its status,
-inspect and retry messages, pause launches."""
+inspect and retry messages, pause launches.
+
+Exit codes: 0 done; 1 the operation failed or was refused; 2 a usage or configuration
+error; 3 a dependency is down or not ready (PostgreSQL, Redis, clamd, IMAP, a database
+not created or not migrated). Errors are one line; --verbose adds the traceback."""
 from __future__ import annotations
 
 import json
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Annotated, Any, Literal, NoReturn
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
+from typer.core import TyperGroup
 
 from synedre import log as logging_setup
-from synedre.config import Settings, get_settings
-from synedre.pipeline import LaunchStatus
+from synedre.config import ConfigError, Settings, get_settings
+from synedre.pipeline import STAGES, LaunchStatus, Status
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
-db_app = typer.Typer(no_args_is_help=True, help="Database schema.")
-directory_app = typer.Typer(no_args_is_help=True, help="Founder, clients, people, chantiers.")
+OK, FAILED, USAGE, DEPENDENCY = 0, 1, 2, 3
+RETRY_STAGES = tuple(s.name for s in STAGES if s.entry)
+
+
+class Unavailable(Exception):
+    """A dependency the command needs did not answer; the message says which, where and
+    what to check."""
+
+
+class _OneErrorPath(TyperGroup):
+    """Whatever a command raises ends here: one line on stderr and its exit code
+    (`explain`); the traceback too with --verbose."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.TyperException, typer.Exit, typer.Abort):  # usage errors, exits: typer's own
+            raise
+        except Exception as exc:
+            if ctx.params.get("verbose"):
+                err.print_exception()
+            code, line = explain(exc)
+            fail(line, code)
+
+
+def _typer(help: str | None, **kw: Any) -> typer.Typer:
+    # plain help: no type on a flag, the choices of an option listed
+    return typer.Typer(no_args_is_help=True, add_completion=False, help=help, rich_markup_mode=None,
+                       pretty_exceptions_enable=False, **kw)
+
+
+app = _typer(__doc__, cls=_OneErrorPath)
+db_app = _typer("Database schema.")
+directory_app = _typer("Founder, clients and their people, tenants, chantiers, mock-ups.")
 app.add_typer(db_app, name="db")
 app.add_typer(directory_app, name="directory")
-report_app = typer.Typer(no_args_is_help=True, help="Reports.")
+report_app = _typer("Reports.")
 app.add_typer(report_app, name="report")
-spawn_app = typer.Typer(no_args_is_help=True, help="The launch kill switch (durable, fleet-wide).")
+spawn_app = _typer("The launch kill switch (durable, fleet-wide).")
 app.add_typer(spawn_app, name="spawn")
-# Piped output keeps whole lines (rich would otherwise assume 80 columns and cut cells).
-console = Console(width=None if sys.stdout.isatty() else 400)
+# A terminal's width (or COLUMNS); piped elsewhere, whole lines (rich would assume 80).
+PIPE_WIDTH = 400
+console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH)
 err = Console(stderr=True, soft_wrap=True)
 
 
@@ -38,28 +77,134 @@ err = Console(stderr=True, soft_wrap=True)
 DEPENDENCY_CHECK_S, DEPENDENCY_DOWN_S = 30.0, 300.0
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
+def fail(message: str, code: int = FAILED) -> NoReturn:
     err.print(f"[bold red]error:[/] {escape(message)}")
     raise typer.Exit(code)
 
 
-def _table(*names: str, no_wrap: tuple[str, ...] = ("id",)) -> Table:
-    """A table that fits the terminal by folding long cells onto more lines, never cutting
-    them: a status or a codename is always shown whole. Ids never wrap."""
-    table = Table()
-    for name in names:
-        table.add_column(name, overflow="fold", no_wrap=name in no_wrap)
-    return table
+def explain(exc: Exception) -> tuple[int, str]:
+    """(exit code, one line) for an error no command handled itself."""
+    import psycopg
+    import redis
+    from kombu.exceptions import OperationalError as BrokerError
+
+    from synedre.spawn.locks import LaunchGuardUnavailable
+
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if isinstance(exc, ConfigError):
+        return USAGE, f"configuration: {exc}"
+    if isinstance(exc, Unavailable):
+        return DEPENDENCY, str(exc)
+    if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn
+                  | psycopg.errors.InvalidSchemaName):
+        return DEPENDENCY, f"the database ({_postgres_where()}) is not migrated ({first}): run `synedre db upgrade`"
+    if isinstance(exc, psycopg.OperationalError):
+        return DEPENDENCY, (f"PostgreSQL ({_postgres_where()}) is not reachable ({_postgres_why(exc)}):"
+                            " check that it runs, and SYNEDRE_DATABASE_URL")
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | BrokerError | LaunchGuardUnavailable):
+        return DEPENDENCY, f"Redis ({_redis_where()}) is not reachable ({first}): start it, or fix SYNEDRE_BROKER_URL"
+    return FAILED, f"{type(exc).__name__}: {first} (--verbose shows where)"
+
+
+def _postgres_where() -> str:
+    from urllib.parse import urlsplit
+
+    from synedre import db
+
+    s = get_settings()
+    if not s.database_url:
+        return f"embedded, in {db.embedded_pgdata(s)}"
+    u = urlsplit(s.database_url)  # never the user nor the password
+    return f"{u.hostname or 'local socket'}:{u.port or 5432}{u.path}"
+
+
+def _postgres_why(exc: Exception) -> str:
+    """The reason; a pool's timeout says none, so one direct attempt finds it."""
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    from synedre import db
+
+    if isinstance(exc, PoolTimeout):
+        try:
+            db.connect().close()
+        except psycopg.Error as direct:
+            exc = direct
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _redis_where() -> str:
+    from urllib.parse import urlsplit
+
+    u = urlsplit(get_settings().broker_url)
+    return f"{u.hostname}:{u.port or 6379}{u.path}"
+
+
+def need_database() -> None:
+    """Stop, saying so, where a command would otherwise create an empty embedded database."""
+    from synedre.health import missing_database
+
+    if why := missing_database(get_settings()):
+        fail(why, DEPENDENCY)
+
+
+def _listing(rows: Sequence[dict[str, str | Text]], *, whole: Sequence[str], wide: bool,
+             wide_only: Sequence[str] = (), empty: str) -> None:
+    """A listing that fits the terminal, 80 columns included: the `whole` columns (ids,
+    statuses, codenames) are never folded nor cut; longer text is cut with "…" to fit. With
+    --wide, the `wide_only` columns too and nothing cut: one table when it fits (as piped),
+    else each row's text whole under its line."""
+    if not rows:
+        console.print(empty)
+        return
+    wide = wide or console.width >= PIPE_WIDTH
+    names = [n for n in rows[0] if wide or n not in wide_only]
+    cells = [{n: v if isinstance(v, Text) else Text(v) for n, v in r.items()} for r in rows]
+    natural = {n: max(len(n), *(c[n].cell_len for c in cells)) for n in names}
+    text = sorted((n for n in names if n not in whole), key=lambda n: natural[n])
+    spare = console.width - sum(natural[n] for n in names if n in whole) - 3 * (len(names) - 1)
+    if wide and sum(natural[n] for n in text) > spare:
+        return _records(cells, [n for n in names if n in whole], [n for n in names if n not in whole], natural)
+    widths = {}
+    for i, n in enumerate(text):  # the narrowest first, each at most its fair share of what is left
+        widths[n] = max(4, min(natural[n], spare // (len(text) - i)))
+        spare -= widths[n]
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for n in names:
+        table.add_column(n, no_wrap=True, overflow="ellipsis", width=widths.get(n), min_width=natural[n]
+                         if n in whole else None)
+    for c in cells:
+        table.add_row(*(c[n] for n in names))
+    console.print(table)
+
+
+def _records(cells: list[dict[str, Text]], line: list[str], text: list[str], natural: dict[str, int]) -> None:
+    """--wide in a narrow terminal: each row's whole columns on its line, its text under it."""
+    from rich.padding import Padding
+
+    console.print(Text("  ".join(n.ljust(natural[n]) for n in line).rstrip(), style="bold"))
+    for c in cells:
+        head = Text("  ").join(c[n] + " " * (natural[n] - c[n].cell_len) for n in line)
+        head.rstrip()
+        console.print(head)
+        for n in text:
+            if c[n].plain:
+                console.print(Padding(Text(f"{n}: ") + c[n], (0, 0, 0, 4)))
 
 
 @app.callback()
 def _main(verbose: bool = typer.Option(False, "--verbose", "-v",
-                                       help="Log at DEBUG, here and in every process this command starts")) -> None:
+                                       help="Log at DEBUG, here and in every process this command starts;"
+                                            " an error shows its traceback")) -> None:
     if verbose:  # through the environment, so the fleet's children log at DEBUG too
         os.environ["SYNEDRE_LOG_LEVEL"] = "DEBUG"
         get_settings.cache_clear()
     s = get_settings()
     logging_setup.configure(s.log_format, s.log_level)
+    if not verbose:  # the pool's retries would repeat, line after line, the error said once at the end
+        import logging
+
+        logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
 
 
 @db_app.command("upgrade")
@@ -79,17 +224,23 @@ def db_status() -> None:
     """List applied and pending migrations."""
     from synedre.db.migrate import status
 
+    need_database()
     console.print_json(data=status(get_settings().migrations_dir))
 
 
 @db_app.command("stop")
 def db_stop() -> None:
     """Stop the embedded PostgreSQL (the fleet stops it too when it exits)."""
+    import warnings
+
     from synedre import db
 
     if get_settings().database_url:
-        fail("SYNEDRE_DATABASE_URL is set: that server is not ours to stop", 2)
-    console.print("embedded database stopped" if db.stop_embedded() else "embedded database was not running")
+        fail("SYNEDRE_DATABASE_URL is set: that server is not ours to stop", USAGE)
+    with warnings.catch_warnings():  # pgserver's platformdirs warns about XDG_RUNTIME_DIR
+        warnings.simplefilter("ignore")
+        stopped = db.stop_embedded()
+    console.print("embedded database stopped" if stopped else "embedded database was not running")
 
 
 @db_app.command("url")
@@ -99,6 +250,7 @@ def db_url() -> None:
 
     from synedre import db
 
+    need_database()
     u = urlsplit(db.database_url())
     if u.password:  # never print a password: psql reads it from PGPASSWORD or ~/.pgpass
         u = u._replace(netloc=u.netloc.replace(f":{u.password}@", "@"))
@@ -106,8 +258,11 @@ def db_url() -> None:
 
 
 @directory_app.command("mockup")
-def directory_mockup(chantier: str, route: str, image: Path) -> None:
+def directory_mockup(chantier: Annotated[str, typer.Argument(help="The chantier's codename (from the directory)")],
+                     route: Annotated[str, typer.Argument(help="The page's route, e.g. /contact")],
+                     image: Annotated[Path, typer.Argument(help="The mock-up, a PNG or JPEG image")]) -> None:
     """Attach a mock-up image to a route of a chantier: QA compares the page with it."""
+    import hashlib
     import re
     import shutil
 
@@ -117,15 +272,18 @@ def directory_mockup(chantier: str, route: str, image: Path) -> None:
     try:
         iso.load_image(image)
     except (OSError, iso.IsoError) as exc:
-        fail(f"{image}: not a readable image ({exc})", 2)
+        fail(f"{image}: not a readable image ({exc})", USAGE)
+    need_database()
     with db.transaction() as conn:
         row = conn.execute("SELECT id FROM synedre.chantiers WHERE codename = %s", (chantier,)).fetchone()
         if row is None:
-            fail(f"no chantier {chantier!r}")
+            fail(f"no chantier {chantier!r} (`synedre directory show` lists them)")
         # a private copy: QA workers must not depend on the operator's file staying put
         target = (get_settings().state_dir / "mockups" / chantier).resolve()
         target.mkdir(parents=True, exist_ok=True, mode=0o700)
-        copy = target / f"{re.sub(r'[^A-Za-z0-9]+', '-', route).strip('-') or 'root'}.png"
+        # readable, and unique per route: /a/b and /a-b make the same slug, not the same file
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", route).strip("-") or "root"
+        copy = target / f"{slug}-{hashlib.sha256(route.encode()).hexdigest()[:8]}.png"
         shutil.copyfile(image, copy)
         os.chmod(copy, 0o600)
         conn.execute("INSERT INTO synedre.mockups (chantier_id, route, path) VALUES (%s, %s, %s)"
@@ -135,26 +293,58 @@ def directory_mockup(chantier: str, route: str, image: Path) -> None:
 
 
 @directory_app.command("import")
-def directory_import(file: Path) -> None:
-    """Load the directory from a JSON file; re-importing updates, never duplicates."""
-    from pydantic import ValidationError
-
+def directory_import(file: Annotated[Path, typer.Argument(help="A directory file, JSON: see directory.example.json")]
+                     ) -> None:
+    """Load the founder, clients with their people and tenants, and chantiers; re-importing
+    updates, never duplicates."""
     from synedre import db
-    from synedre.db.directory import DirectoryFile, import_directory
+    from synedre.db.directory import DirectoryError, import_directory, parse_file
 
     try:
-        d = DirectoryFile.model_validate_json(file.read_bytes())
-    except (OSError, ValidationError) as exc:
-        fail(f"cannot import {file}: {exc}")
+        d = parse_file(file.read_bytes())
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror}", USAGE)
+    except DirectoryError as exc:
+        fail(f"{file}: {exc}")
+    need_database()
     with db.transaction() as conn:
         counts = import_directory(conn, d)
-    console.print(f"imported {counts}")
+    console.print(f"imported {file}: founder {d.founder.name}, " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+
+
+@directory_app.command("show")
+def directory_show() -> None:
+    """The directory as the stages read it: the founder, each client with its people and tenant,
+    the chantiers."""
+    from synedre import db
+
+    need_database()
+    with db.transaction() as conn:
+        founder = conn.execute("SELECT name, emails, atlas_address FROM synedre.founder").fetchone()
+        clients = conn.execute(
+            """SELECT c.codename, c.name, c.priority, c.status, coalesce(t.deploy_target, c.deploy_target) AS target,
+                      t.config->>'preprod_url' AS preprod, array_to_string(c.domains, ' ') AS domains,
+                      (SELECT string_agg(p.email, ' ' ORDER BY p.email) FROM synedre.client_persons p
+                        WHERE p.client_id = c.id) AS persons
+                 FROM synedre.clients c LEFT JOIN synedre.tenant_topology t ON t.client_id = c.id
+                ORDER BY c.codename""").fetchall()
+        chantiers = conn.execute("SELECT h.codename, h.status, c.codename AS client, h.title FROM synedre.chantiers h"
+                                 " LEFT JOIN synedre.clients c ON c.id = h.client_id ORDER BY h.codename").fetchall()
+    if founder is None:
+        fail("the directory is empty: `synedre directory import FILE` loads one (see directory.example.json)")
+    console.print(f"founder: {escape(founder['name'])} <{', '.join(founder['emails'])}>;"
+                  f" Atlas mailbox {founder['atlas_address']}", soft_wrap=True)
+    _listing([{k: str(v or "") for k, v in r.items()} for r in clients], whole=("codename", "status"),
+             wide=False, empty="no client")
+    _listing([{k: str(v or "") for k, v in r.items()} for r in chantiers], whole=("codename", "status", "client"),
+             wide=False, empty="no chantier")
 
 
 @app.command()
 def inspect(
     message: str | None = typer.Argument(None, help="Message-ID header value or internal id"),
     all_: bool = typer.Option(False, "--all", help="Every message (one line each)"),
+    wide: bool = typer.Option(False, "--wide", help="With --all: long text whole (folded), intent and DKIM"),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output, details included"),
 ) -> None:
     """Show a message: status, why it waits, every audit with its time and detail, its launches."""
@@ -162,7 +352,8 @@ def inspect(
     from synedre.db import messages
 
     if not all_ and not message:
-        fail("give a MESSAGE or --all", 2)
+        fail("give a MESSAGE or --all", USAGE)
+    need_database()
     with db.transaction() as conn:
         ids: list[int] | None = None
         if not all_:
@@ -176,21 +367,22 @@ def inspect(
         rows[0]["waiting"] = _waiting(rows[0])
     if as_json:
         sys.stdout.write(json.dumps(rows if all_ else rows[0], ensure_ascii=False, indent=1, default=str) + "\n")
-        return
-    if all_:
-        table = _table("id", "status", "dkim", "intent", "client", "subject", "waiting")
-        for r in rows:
-            table.add_row(str(r["id"]), r["status"], "✓" if r["dkim_pass"] else "✗", _intent(r),
-                          _client(r), escape((r["subject"] or "")[:60]), escape(r["waiting_reason"] or ""))
-        console.print(table)
-        return
-    r = rows[0]
+    elif all_:
+        _listing([{"id": str(r["id"]), "status": r["status"], "client": _client(r, False),
+                   "subject": r["subject"] or "", "waiting": r["waiting_reason"] or "", "intent": _intent(r),
+                   "dkim": "pass" if r["dkim_pass"] else "fail"} for r in rows],
+                 whole=("id", "status", "client"), wide=wide, wide_only=("intent", "dkim"), empty="no message")
+    else:
+        _describe(rows[0])
+
+
+def _describe(r: dict[str, Any]) -> None:
     console.print(f"[bold]message {r['id']}[/] {escape(r['message_id'])}  from {escape(r['from'] or '?')}"
                   f"  dkim {'pass' if r['dkim_pass'] else 'fail'}")
     console.print(f"subject: {escape(r['subject'] or '')}")
     done = r["materialized"]
     made = f"{done['kind']} #{done['id']}" if done else "-"
-    console.print(f"status: [bold]{r['status']}[/]  intent: {_intent(r) or '-'}  client: {_client(r) or '-'}"
+    console.print(f"status: [bold]{r['status']}[/]  intent: {_intent(r) or '-'}  client: {_client(r, True) or '-'}"
                   f"  materialized: {made}")
     if r["waiting"]:
         console.print(f"[yellow]waiting:[/] {escape(r['waiting'])}")
@@ -214,8 +406,11 @@ def _intent(r: dict) -> str:
     return f"{r['intent']}/{r['complexity']} {r['confidence']:.2f}" if r["confidence"] is not None else r["intent"]
 
 
-def _client(r: dict) -> str:
-    return f"{r['client']['codename'] or 'no client'} ({r['client']['source']})" if r["client"] else ""
+def _client(r: dict, source: bool) -> str:
+    if not r["client"]:
+        return ""
+    codename = r["client"]["codename"] or "no client"
+    return f"{codename} ({r['client']['source']})" if source else codename
 
 
 def _waiting(r: dict) -> str | None:
@@ -243,22 +438,23 @@ def _waiting(r: dict) -> str | None:
 @app.command()
 def retry(
     message: str | None = typer.Argument(None, help="Message-ID header value or internal id"),
-    from_stage: str | None = typer.Option(None, "--from", help="Stage to re-run (default: the failed one)"),
-    status: str | None = typer.Option(None, "--status", help="Every message at this status"),
-    since: str | None = typer.Option(None, help="With --status: only those there since (e.g. 2h, 1d, 2026-12-01)"),
+    from_stage: str | None = typer.Option(None, "--from", help=f"Stage to re-run: {', '.join(RETRY_STAGES)}"
+                                                              " (default: the one whose failure it is in)"),
+    status: Annotated[Status | None, typer.Option("--status", help="Every message at this status")] = None,
+    since: str | None = typer.Option(None, help="With --status: only those there since (30m, 2h, 1d or an ISO date)"),
     reason: str = typer.Option(..., "--reason", help="Why, for the audit"),
 ) -> None:
-    """Send messages back to a stage and enqueue them (audited `retry_requested`)."""
-    from synedre import db, runner
+    """Send messages back to a stage and enqueue them (audited `retry_requested`; one already
+    at the stage's entry status is only enqueued again, audited `retry_requeued`)."""
+    from synedre import db
     from synedre.db import messages
-    from synedre.pipeline import Status
-    from tasks.app import enqueue
 
     if bool(message) == bool(status):
-        fail("give a MESSAGE or --status STATUS", 2)
-    if status is not None and status not in {str(s) for s in Status}:
-        fail(f"unknown status {status!r} (statuses: {', '.join(Status)})", 2)
-    by = os.environ.get("USER", "operator")
+        fail("give a MESSAGE or --status STATUS", USAGE)
+    if from_stage is not None and from_stage not in RETRY_STAGES:
+        fail(f"--from {from_stage!r} is not a stage (stages: {', '.join(RETRY_STAGES)})", USAGE)
+    after = _since(since)
+    need_database()
     with db.transaction() as conn:
         if message:
             found = messages.lookup(conn, message)
@@ -266,24 +462,44 @@ def retry(
                 fail(f"no message {message!r}")
             ids = [found]
         else:
-            ids = messages.at_status(conn, status or "", _since(since))
-    done, refused = [], []
-    for mid in ids:
-        try:
-            with db.transaction() as conn:
-                stage, old = runner.reenter(conn, mid, from_stage, reason=reason, by=by)
-        except runner.RetryRefused as exc:
-            refused.append((mid, str(exc)))
-            continue
-        enqueue(stage.name, mid)
-        done.append(mid)
-        console.print(f"message {mid}: {old} -> {stage.entry[0]}, enqueued for {stage.name}")
-    for mid, why in refused:
-        err.print(f"[bold red]refused:[/] message {mid}: {escape(why)}")
+            ids = messages.at_status(conn, str(status), after)
     if not ids:
         console.print(f"no message at {status}")
-    if refused and not done:
-        raise typer.Exit(1)
+    sent = [_retry_one(mid, from_stage, reason) for mid in ids]  # one failure does not stop the batch
+    if ids and not any(sent):
+        raise typer.Exit(FAILED)
+
+
+def _retry_one(mid: int, from_stage: str | None, reason: str) -> bool:
+    """Send one message back and hand it to Celery, saying exactly what happened; False when
+    it was refused or failed (nothing changed)."""
+    from synedre import db, runner
+    from synedre.sweep import SWEEP_EVERY_S
+    from tasks.app import enqueue
+
+    try:
+        with db.transaction() as conn:
+            stage, old = runner.reenter(conn, mid, from_stage, reason=reason, by=os.environ.get("USER", "operator"))
+    except runner.RetryRefused as exc:
+        err.print(f"[bold red]refused:[/] message {mid}: {escape(str(exc))}")
+        return False
+    except Exception as exc:
+        err.print(f"[bold red]failed:[/] message {mid}: {escape(explain(exc)[1])}")
+        return False
+    moved = f"already at {old}" if old in stage.entry else f"{old} -> {stage.entry[0]}"
+    try:
+        queued = enqueue(stage.name, mid)
+    except Exception as exc:  # the move is committed: say so, and who hands it on
+        why = explain(exc)[1]
+        with db.transaction() as conn:
+            runner.set_waiting(conn, mid, f"enqueue pending: {why}")
+        console.print(f"message {mid}: {moved}; enqueue pending: {escape(why)}. The sweep enqueues it for"
+                      f" {stage.name} once Redis answers (every {SWEEP_EVERY_S} s, for a message waiting over"
+                      f" {stage.stuck_after_s} s)", soft_wrap=True)
+        return True
+    console.print(f"message {mid}: {moved}, " + (f"enqueued for {stage.name}" if queued
+                                                  else f"already queued for {stage.name}"))
+    return True
 
 
 def _since(value: str | None):
@@ -297,30 +513,37 @@ def _since(value: str | None):
     try:
         return datetime.fromisoformat(value)
     except ValueError:
-        fail(f"--since {value!r}: give 30m, 2h, 1d or an ISO date", 2)
+        fail(f"--since {value!r}: give 30m, 2h, 1d or an ISO date", USAGE)
 
 
 @app.command()
 def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable output")) -> None:
-    """Messages per status, queue depths and consumers, launch switch, and every dependency's health."""
+    """Messages per status, queue depths and consumers, launch switch, and every dependency's
+    health; exits 3 when one the fleet needs fails (a warning does not), within seconds."""
     from synedre import health
     from tasks.app import app as celery
 
     snap = health.snapshot(app=celery)
     if as_json:
         sys.stdout.write(json.dumps(snap, ensure_ascii=False, indent=1, default=str) + "\n")
-        return
+    else:
+        _print_status(snap)
+    if any(c["level"] == "fail" for c in snap["health"]):
+        raise typer.Exit(DEPENDENCY)
+
+
+def _print_status(snap: dict[str, Any]) -> None:
     msgs = snap["messages"]
     if "error" in msgs:
-        console.print(f"[red]messages: {escape(msgs['error'])}[/]")
+        console.print(f"[red]messages: {escape(msgs['error'])}[/]", soft_wrap=True)
     else:
         waiting = snap.get("waiting", {})
-        console.print("messages: " + ", ".join(
+        console.print("messages: " + (", ".join(
             f"{k} {v}" + (f" ({waiting[k]} waiting)" if waiting.get(k) else "") for k, v in msgs.items() if v)
-            + f" (total {sum(msgs.values())})", soft_wrap=True)
+            + f" (total {sum(msgs.values())})" if any(msgs.values()) else "none"), soft_wrap=True)
     queues = snap["queues"]
     if "error" in queues:
-        console.print(f"[red]queues: {escape(queues['error'])}[/]")
+        console.print(f"[red]queues: {escape(queues['error'])}[/]", soft_wrap=True)
     else:
         consumers = snap.get("consumers")
         console.print("queues: " + ", ".join(
@@ -329,17 +552,19 @@ def status(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
         launches = snap["launches"]
         console.print(f"launches: {'paused: ' + launches['paused'] if launches['paused'] else 'allowed'};"
                       f" slots {launches['slots_in_use']}/{launches['limit']}", soft_wrap=True)
+    marks = {"ok": "[green]ok[/]", "warning": "[bold yellow]WARN[/]", "fail": "[bold red]FAIL[/]"}
     for c in snap["health"]:
-        mark = "[green]ok[/]" if c["ok"] else "[bold red]FAIL[/]"
-        console.print(f"{mark} {c['name']}: {escape(c['detail'])}", soft_wrap=True)
+        console.print(f"{marks[c['level']]} {c['name']}: {escape(c['detail'])}", soft_wrap=True)
 
 
 @report_app.command("calibration")
 def report_calibration(days: int = typer.Option(30, min=1, help="Window, in days")) -> None:
-    """The classifier's calibration report (markdown) with the Phase 3 gate."""
+    """The classifier's calibration report (markdown): per intent, counts, confidence, success,
+    and the autonomy gate (over 90 % success on at least 30 run and plan items)."""
     from synedre import db
     from synedre.report.calibration import collect, render
 
+    need_database()
     with db.transaction() as conn:
         sys.stdout.write(render(collect(conn, days=days)) + "\n")
 
@@ -356,11 +581,12 @@ def spawn_pause(reason: str = typer.Option("operator", help="Why, for the record
 
 @spawn_app.command("resume")
 def spawn_resume() -> None:
-    """Allow launches again."""
+    """Allow launches again; the messages held meanwhile are enqueued at once."""
     from synedre import kv
     from synedre.spawn import locks
     from tasks.spawn import offer_launches
 
+    need_database()
     locks.resume(kv.client())
     console.print(f"launches resumed; {offer_launches()} held message(s) enqueued")
 
@@ -380,28 +606,31 @@ def spawn_status() -> None:
 
 
 @app.command()
-def locks(stale_after: float = typer.Option(600.0, help="Seconds without renewal that count as stale")) -> None:
-    """Launch locks held too long without renewal (the watchdog's view)."""
+def locks(stale_after: float = typer.Option(600.0, min=1, help="Seconds without renewal that count as stale")
+          ) -> None:
+    """Launch locks held too long without renewal (the watchdog's view); exits 1 if any."""
     from synedre import kv
     from synedre.spawn import locks as spawn_locks
 
     stale = spawn_locks.stale_locks(kv.client(), older_than_s=stale_after)
     console.print_json(data=stale)
-    raise typer.Exit(1 if stale else 0)
+    raise typer.Exit(FAILED if stale else OK)
 
 
 @app.command("launches")
 def list_launches(running: bool = typer.Option(False, "--running", help="Only running launches"),
                   message: str | None = typer.Option(None, "--message", help="Only this message's launches"),
+                  wide: bool = typer.Option(False, "--wide", help="Every column, long text whole (folded)"),
                   as_json: bool = typer.Option(False, "--json", help="With contract, verdict, salvage, merge"),
                   asks: bool = typer.Option(False, "--asks", help="One-shot persona asks (synedre agent ask)"
                                                                   " instead of launches")) -> None:
-    """Recent launches with their outcome."""
+    """Recent launches with their outcome (or the one-shot asks)."""
     from synedre import db
     from synedre.db import messages
 
+    need_database()
     if asks:
-        _list_asks(as_json)
+        _list_asks(as_json, wide)
         return
     with db.transaction() as conn:
         mid = None
@@ -413,17 +642,17 @@ def list_launches(running: bool = typer.Option(False, "--running", help="Only ru
     if as_json:
         sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=1, default=str) + "\n")
         return
-    table = _table("id", "message", "try", "status", "model", "prompt", "turns", "cost", "exit", "stop", "merge",
-                   "started", no_wrap=("id", "message", "try"))
-    for r in rows:
-        table.add_row(str(r["id"]), str(r["message_id"]), str(r["attempt"]), r["status"], r["model"] or "",
-                      r["system_prompt"] or "", str(r["num_turns"] or ""), str(r["cost_usd"] or ""),
-                      str(r["exit_code"] if r["exit_code"] is not None else ""), r["stop_reason"] or "",
-                      str(r["merge"] or ""), r["started_at"].strftime("%Y-%m-%d %H:%M:%S"))
-    console.print(table)
+    _listing([{"id": str(r["id"]), "msg": str(r["message_id"]), "try": str(r["attempt"]), "status": r["status"],
+               "started": r["started_at"].strftime("%m-%d %H:%M"), "stop": r["stop_reason"] or "",
+               "cost": str(r["cost_usd"] or ""), "turns": str(r["num_turns"] or ""), "model": r["model"] or "",
+               "prompt": r["system_prompt"] or "",
+               "exit": str(r["exit_code"] if r["exit_code"] is not None else ""), "merge": str(r["merge"] or "")}
+              for r in rows], whole=("id", "msg", "try", "status", "started"), wide=wide,
+             wide_only=("turns", "model", "prompt", "exit", "merge"),
+             empty="no running launch" if running else "no launch")
 
 
-def _list_asks(as_json: bool) -> None:
+def _list_asks(as_json: bool, wide: bool) -> None:
     from synedre import agents as roster_mod, db
 
     with db.transaction() as conn:
@@ -431,37 +660,38 @@ def _list_asks(as_json: bool) -> None:
     if as_json:
         sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=1, default=str) + "\n")
         return
-    table = _table("id", "agent", "via", "status", "model", "tokens", "cost", "started", no_wrap=("id",))
-    for r in rows:
-        table.add_row(str(r["id"]), r["agent_codename"], r["via"], r["status"], r["model"] or "",
-                      f"{r['input_tokens'] or 0}+{r['output_tokens'] or 0}", str(r["cost_usd"] or ""),
-                      r["started_at"].strftime("%Y-%m-%d %H:%M:%S"))
-    console.print(table)
+    _listing([{"id": str(r["id"]), "agent": r["agent_codename"], "via": r["via"], "status": r["status"],
+               "started": r["started_at"].strftime("%m-%d %H:%M"), "cost": str(r["cost_usd"] or ""),
+               "model": r["model"] or "", "tokens": f"{r['input_tokens'] or 0}+{r['output_tokens'] or 0}"}
+              for r in rows], whole=("id", "agent", "via", "status", "started"), wide=wide, empty="no ask")
 
 
 @app.command()
-def tail(message: str, follow: bool = typer.Option(True, help="Keep following until the launch ends"),
-         interval: float = typer.Option(1.0, help="Seconds between reads")) -> None:
-    """Follow a message's launch events live from the database, like tail -f."""
+def tail(message: str = typer.Argument(..., help="Message-ID header value or internal id"),
+         follow: bool = typer.Option(True, help="Keep following until the launch ends"),
+         interval: float = typer.Option(1.0, min=0.1, help="Seconds between reads")) -> None:
+    """Follow a message's latest launch events live from the database, like tail -f."""
     import time
 
     from synedre import db
     from synedre.db import messages
 
     seen = -1
+    need_database()
     with db.transaction() as conn:
         mid = messages.lookup(conn, message)
-    if mid is None:
-        fail(f"no message {message!r}")
+        if mid is None:
+            fail(f"no message {message!r}")
+        launch = conn.execute("SELECT id, status FROM synedre.launches WHERE message_id = %s"
+                              " ORDER BY attempt DESC LIMIT 1", (mid,)).fetchone()
+        if launch is None:
+            state = conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s", (mid,)).fetchone()
+            fail(f"message {mid} has no launch (status {state['status'] if state else '?'})")
     while True:
         with db.transaction() as conn:
-            launch = conn.execute("SELECT id, status FROM synedre.launches WHERE message_id = %s"
-                                  " ORDER BY attempt DESC LIMIT 1", (mid,)).fetchone()
-            if launch is None:
-                state = conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s",
-                                     (mid,)).fetchone()
-                fail(f"message {mid} has no launch (status {state['status'] if state else '?'})")
-            rows = [] if launch is None else conn.execute(
+            launch = conn.execute("SELECT id, status FROM synedre.launches WHERE id = %s", (launch["id"],)).fetchone()
+            assert launch is not None  # a launch row is never deleted
+            rows = conn.execute(
                 "SELECT seq, event_type, subtype, tool_name, payload FROM synedre.launch_events"
                 " WHERE launch_id = %s AND seq > %s ORDER BY seq", (launch["id"], seen)).fetchall()
         for r in rows:
@@ -470,7 +700,9 @@ def tail(message: str, follow: bool = typer.Option(True, help="Keep following un
                 continue
             console.print(f"{r['seq']:5d} {r['event_type']}{'/' + r['subtype'] if r['subtype'] else ''}"
                           f"{' ' + r['tool_name'] if r['tool_name'] else ''} {escape(_summary(r['payload']))}")
-        if not follow or (launch is not None and launch["status"] != LaunchStatus.RUNNING):
+        if not follow or launch["status"] != LaunchStatus.RUNNING:
+            if seen < 0:
+                console.print(f"launch #{launch['id']} ({launch['status']}) has no event")
             return
         time.sleep(interval)
 
@@ -490,22 +722,31 @@ def _summary(payload: dict) -> str:
 
 
 @app.command()
-def poll(mailbox: str = typer.Argument("atlas"),
+def poll(mailbox: str = typer.Argument("atlas", help="The mailbox's id in the registry (SYNEDRE_MAILBOXES_FILE)"),
          wait: bool = typer.Option(False, help="Run here and now instead of enqueueing")) -> None:
     """Ask for a poll of a mailbox (the same task beat and IDLE trigger)."""
+    from imapclient.exceptions import IMAPClientError
+
     from synedre import mailboxes
     from synedre.mailboxes import RegistryError
 
     try:
-        mailboxes.get(mailbox)  # an unknown mailbox is refused here, not in a worker
-        if wait:
-            from tasks.poll import poll as poll_task
-            console.print_json(data=poll_task.apply(args=[mailbox]).get())
-        else:
-            from tasks.app import app as celery
-            console.print(f"enqueued {celery.send_task('synedre.poll', args=[mailbox]).id}")
+        box = mailboxes.get(mailbox)  # an unknown mailbox is refused here, not in a worker
     except RegistryError as exc:
-        fail(str(exc))
+        fail(str(exc), USAGE)
+    if not wait:
+        from tasks.app import app as celery
+        console.print(f"enqueued {celery.send_task('synedre.poll', args=[mailbox]).id}")
+        return
+    from tasks.poll import poll as poll_task
+
+    need_database()
+    try:
+        console.print_json(data=poll_task.apply(args=[mailbox]).get())
+    except (OSError, IMAPClientError) as exc:
+        raise Unavailable(f"IMAP of mailbox {mailbox} ({box.imap_host}:{box.imap_port}) did not answer"
+                          f" ({type(exc).__name__}: {exc}): check the server, and the mailbox's entry and"
+                          " password in SYNEDRE_MAILBOXES_FILE") from exc
 
 
 @app.command()
@@ -520,7 +761,7 @@ def idle() -> None:
     try:
         boxes = list(mailboxes.load().values())
     except mailboxes.RegistryError as exc:
-        fail(str(exc), 2)
+        fail(str(exc), USAGE)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -529,7 +770,7 @@ def idle() -> None:
     if failed and not stop.is_set():
         # Every watcher has given up (a refused login, no IDLE): exit so the fleet restarts
         # us after its backoff, which also picks up a corrected registry or password.
-        fail(f"IDLE watcher stopped for {', '.join(failed)}; see the idle_failed log lines", 1)
+        fail(f"IDLE watcher stopped for {', '.join(failed)}; see the idle_failed log lines", DEPENDENCY)
 
 
 @app.command()
@@ -542,8 +783,8 @@ def flower(address: str | None = typer.Option(None, help="Interface to listen on
     They reach Flower through its environment, never its command line; without them it exits 2."""
     s = get_settings()
     auth, why = s.flower_auth()
-    if auth is None:  # its API can send tasks, hence launch agents (SPEC §12b)
-        fail(f"{why}: Flower never runs without authentication", 2)
+    if auth is None:  # its API can send tasks, hence launch agents
+        fail(f"{why}: Flower never runs without authentication", USAGE)
     argv = [sys.executable, "-m", "celery", "-A", "tasks", "flower",
             f"--address={address or s.flower_address}", f"--port={port or s.flower_port}"]
     # The credentials go through the environment, which Flower reads itself: never in
@@ -553,11 +794,12 @@ def flower(address: str | None = typer.Option(None, help="Interface to listen on
 
 @app.command()
 def metrics(address: str = typer.Option("127.0.0.1", help="Interface to listen on"),
-            port: int = typer.Option(9808, help="Port")) -> None:
+            port: int = typer.Option(9808, min=1, max=65535, help="Port")) -> None:
     """A Prometheus endpoint (/metrics): messages per status, stage durations, launches by outcome,
     spend today against the cap, queue depths and the kill switch, read at each scrape."""
     from synedre import metrics as endpoint
 
+    need_database()
     endpoint.serve(address, port)
 
 
@@ -578,8 +820,8 @@ def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to 
     from synedre import health
 
     for c in health.check_all(s):
-        if not c.ok:
-            err.print(f"[bold yellow]warning:[/] {c.name}: {escape(c.detail)}")
+        if c.level != "ok":
+            err.print(f"[bold yellow]{c.level}:[/] {c.name}: {escape(c.detail)}")
     console.print(f"[green]database ready[/] ({len(done)} migration(s) applied); "
                   f"mailboxes: {', '.join(boxes)}; Ctrl-C stops everything cleanly")
     embedded = not s.database_url
@@ -606,14 +848,10 @@ def _fleet_preflight(s: Settings, with_flower: bool) -> dict[str, Any]:
         for box in boxes.values():
             box.password()
     except mailboxes.RegistryError as exc:
-        fail(str(exc), 2)
+        fail(str(exc), USAGE)
     if with_flower and (why := s.flower_auth()[1]):
-        fail(f"--flower: {why}: Flower never runs without authentication", 2)
-    try:
-        kv.client().ping()
-    except Exception as exc:
-        fail(f"Redis at SYNEDRE_BROKER_URL is not reachable ({type(exc).__name__}); "
-             "start it or point SYNEDRE_BROKER_URL at one", 2)
+        fail(f"--flower: {why}: Flower never runs without authentication", USAGE)
+    kv.client().ping()  # Redis down: one line and exit 3, through the one error path
     return boxes
 
 
@@ -645,7 +883,7 @@ def _dependency_watch(s: Settings, embedded: bool) -> Callable[[], None]:
     return watch_database
 
 
-agent_app = typer.Typer(no_args_is_help=True, help="One agent, one-shot (SPEC §9.8).")
+agent_app = _typer("One agent answers one question, outside any launch.")
 app.add_typer(agent_app, name="agent")
 
 
@@ -660,12 +898,13 @@ def agents_roster(family: str | None = typer.Option(None, "--family", help="Only
     """The agent roster: stored orbit and display ring side by side, prompt-domain routing."""
     from synedre import agents as roster_mod, db
 
+    need_database()
     try:
         with db.transaction() as conn:
             rows = roster_mod.roster(conn, family=family, domain=domain)
             routed = roster_mod.route_domain(conn, domain) if domain else None
     except roster_mod.RosterError as exc:
-        fail(str(exc), 2)
+        fail(str(exc), USAGE)
     if check:
         rows = roster_mod.disagreements(rows)
     records = [{**a.as_record(), **({"routed": a == routed} if domain else {})} for a in rows]
@@ -674,35 +913,38 @@ def agents_roster(family: str | None = typer.Option(None, "--family", help="Only
     elif check and not rows:
         console.print("every stored orbit agrees with its family's ring")
     else:
-        table = _table("codename", "nickname", "role", "family", "orbite", "ring", "active", "domains",
-                       no_wrap=("codename", "orbite", "ring"))
-        for a in rows:
-            orbit = str(a.orbite) if a.orbit_agrees else f"[bold red]{a.orbite}[/] (ring {a.ring})"
-            table.add_row(a.codename, escape(a.nickname), escape(a.role), a.family, orbit, str(a.ring),
-                          "yes" if a.active else "no", ", ".join(a.prompt_domains))
-        console.print(table)
+        _listing([{"codename": a.codename, "nickname": a.nickname, "family": a.family,
+                   "orbite": Text(str(a.orbite)) if a.orbit_agrees else Text(f"{a.orbite} (ring {a.ring})", "bold red"),
+                   "ring": str(a.ring), "active": "yes" if a.active else "no", "role": a.role,
+                   "domains": ", ".join(a.prompt_domains)} for a in rows],
+                 whole=("codename", "family", "orbite", "ring", "active"), wide=False, empty="no agent")
         if domain:
             console.print(f"domain {domain} -> {routed.codename} ({escape(routed.nickname)})" if routed
                           else f"domain {domain} -> no active agent")
     if check and rows:
         err.print(f"{len(rows)} agent(s) whose stored orbit disagrees with their family's ring: "
                   + ", ".join(a.codename for a in rows))
-        raise typer.Exit(1)
+        raise typer.Exit(FAILED)
 
 
 @agent_app.command("ask")
-def agent_ask(codename: str, question: str,
-              via: str = typer.Option("facade", "--via", help="facade (the AI facade) or claude (a short claude -p)"),
+def agent_ask(codename: str = typer.Argument(..., help="The agent's codename (`synedre agents` lists them)"),
+              question: str = typer.Argument(..., help="The question, in quotes"),
+              via: Literal["facade", "claude"] = typer.Option(
+                  "facade", "--via", help="facade: the AI facade; claude: a short `claude -p`"),
               as_json: bool = typer.Option(False, "--json", help="The answer with its journal row")) -> None:
     """One persona answers one question, journalled with its cost (shown by `synedre launches --asks`)."""
-    from synedre import agents as roster_mod
+    from synedre import agents as roster_mod, db
 
-    if via not in ("facade", "claude"):
-        fail(f"--via must be facade or claude, not {via!r}", 2)
+    need_database()
+    with db.transaction() as conn:  # an unknown name costs nothing: refused before any embedding
+        known = conn.execute("SELECT 1 FROM synedre.agents WHERE codename = %s AND active", (codename,)).fetchone()
+    if known is None:
+        fail(f"no active agent {codename!r} (`synedre agents` lists them)", USAGE)
     try:
-        result = roster_mod.ask(codename, question, via="claude" if via == "claude" else "facade")
+        result = roster_mod.ask(codename, question, via=via)
     except (LookupError, roster_mod.RosterError) as exc:
-        fail(str(exc), 2)
+        fail(str(exc), USAGE)
     except roster_mod.AskRefused as exc:
         fail(str(exc))
     if as_json:

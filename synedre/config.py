@@ -2,8 +2,9 @@
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from synedre import ROOT
@@ -15,9 +16,20 @@ KEYED_PROVIDERS = ("mistral", "openai", "anthropic")
 # same for every process: the shortest value on one Redis database wins (SPEC §12b).
 VISIBILITY_TIMEOUT_S = 12 * 3600
 
+# The accepted ranges, checked when settings load (each error names its variable).
+Seconds = Annotated[float, Field(gt=0)]
+Count = Annotated[int, Field(ge=1)]
+Usd = Annotated[float, Field(ge=0)]
+
+
+class ConfigError(ValueError):
+    """Settings that do not load: one line per bad variable, naming it, its value (never a
+    secret's, nor a URL's, which may carry a password) and what it accepts."""
+
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SYNEDRE_", env_file=".env", extra="ignore")
+    # `.env` and a relative state directory are the project's, wherever a command runs from.
+    model_config = SettingsConfigDict(env_prefix="SYNEDRE_", env_file=ROOT / ".env", extra="ignore")
 
     database_url: str | None = Field(
         default=None, description="PostgreSQL with pgvector; unset = embedded pgserver under state_dir"
@@ -25,41 +37,41 @@ class Settings(BaseSettings):
     broker_url: str = "redis://127.0.0.1:6379/0"
     mailboxes_file: Path | None = None
     dkim_keys_file: Path | None = None
-    state_dir: Path = Path(".synedre")
+    state_dir: Path = ROOT / ".synedre"  # a relative value is taken from the project root
     attachments_dir: Path | None = None  # default: <state_dir>/attachments
-    log_format: str = "console"  # console | json
-    log_level: str = "INFO"
+    log_format: Literal["console", "json"] = "console"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
 
-    imap_timeout_s: float = 30.0
-    poll_batch: int = 50
-    poll_interval_s: float = 60.0
-    poll_lock_ttl_s: float = 60.0
-    dns_timeout_s: float = 5.0
-    max_message_bytes: int = 64 * 1024 * 1024
-    db_pool_max: int = 4
+    imap_timeout_s: Seconds = 30.0
+    poll_batch: Count = 50
+    poll_interval_s: Seconds = 60.0
+    poll_lock_ttl_s: Seconds = 60.0
+    dns_timeout_s: Seconds = 5.0
+    max_message_bytes: Count = 64 * 1024 * 1024
+    db_pool_max: Count = 4
 
     clamd: str = "/var/run/clamav/clamd.ctl"  # Unix socket path, or host:port
-    scan_timeout_s: float = 60.0
-    max_attachment_bytes: int = 25 * 1024 * 1024
-    max_scan_bytes: int = 50 * 1024 * 1024  # per message
+    scan_timeout_s: Seconds = 60.0
+    max_attachment_bytes: Count = 25 * 1024 * 1024
+    max_scan_bytes: Count = 50 * 1024 * 1024  # per message
     ocr_languages: str = "fra+eng"
-    ocr_timeout_s: float = 60.0
-    llm_retries: int = 5  # an unreachable LLM is retried this many times, then classify_failed
-    llm_retry_base_s: float = 10.0  # first retry delay, doubled each time (capped at 300 s)
+    ocr_timeout_s: Seconds = 60.0
+    llm_retries: Annotated[int, Field(ge=0)] = 5  # an unreachable LLM is retried this many times, then classify_failed
+    llm_retry_base_s: Seconds = 10.0  # first retry delay, doubled each time (capped at 300 s)
 
     # Launch (SPEC §8)
     spawn_disabled: bool = False  # the environment kill switch
     claude_bin: str = "claude"
     workspace_repo: Path | None = None  # the repository agents work in
     workspace_base_branch: str = "preprod"
-    idle_timeout_s: float = 1200.0
-    hard_timeout_s: float = 6600.0
-    launch_budget_s: float = 2400.0
-    max_budget_usd: float = 5.0  # per launch (--max-budget-usd)
-    max_message_cost_usd: float = 20.0  # all launches of one message together
-    daily_spend_cap_usd: float = 200.0  # fleet-wide, per UTC day
-    max_concurrent_launches: int = 3
-    spawn_slot_retry_s: float = 30.0  # a launch finding every slot taken comes back after this
+    idle_timeout_s: Seconds = 1200.0
+    hard_timeout_s: Seconds = 6600.0
+    launch_budget_s: Seconds = 2400.0
+    max_budget_usd: Annotated[float, Field(gt=0)] = 5.0  # per launch (--max-budget-usd)
+    max_message_cost_usd: Annotated[float, Field(gt=0)] = 20.0  # all launches of one message together
+    daily_spend_cap_usd: Usd = 200.0  # fleet-wide, per UTC day
+    max_concurrent_launches: Count = 3
+    spawn_slot_retry_s: Seconds = 30.0  # a launch finding every slot taken comes back after this
     # The OS user the agent runs as when the worker is root (scripts/system-deps creates it):
     # it owns its clone and home, cannot read the worker's environment nor the state
     # directory, and IS_SANDBOX is then not set. A worker that is not root runs the agent as
@@ -74,14 +86,15 @@ class Settings(BaseSettings):
     # Comma list of the agent's tools to keep, from the built-in lists of synedre.agent_tools;
     # unset = all of them. It can only narrow (SPEC §13): another name fails at load.
     agent_tools: str | None = None
-    db_timeout_s: float = 10.0
+    db_timeout_s: Seconds = 10.0
 
     # After the launch (SPEC §9)
-    deploy_timeout_s: float = 900.0  # ./deploy <target> --preprod
-    qa_timeout_s: float = 30.0  # per HTTP request and browser step
-    iso_threshold: float = 0.05  # share of differing pixels over which a page is an iso_mismatch
-    max_iterations: int = 3  # launches per message when QA fails
-    max_iso_iterations: int = 8  # when the only failure is a mock-up mismatch
+    deploy_timeout_s: Seconds = 900.0  # ./deploy <target> --preprod
+    qa_timeout_s: Seconds = 30.0  # per HTTP request and browser step
+    # share of differing pixels over which a page is an iso_mismatch
+    iso_threshold: Annotated[float, Field(ge=0, le=1)] = 0.05
+    max_iterations: Count = 3  # launches per message when QA fails
+    max_iso_iterations: Count = 8  # when the only failure is a mock-up mismatch
 
     # AI facade: a key comes from SYNEDRE_<PROVIDER>_API_KEY, else from the file
     # <ai_keys_dir>/<provider> (a mounted secret); values stay in SecretStr until used.
@@ -97,7 +110,7 @@ class Settings(BaseSettings):
     # `synedre flower`: where it listens (loopback unless told otherwise), and the file of
     # its credentials (a mounted secret: "user:pass" lines) when FLOWER_BASIC_AUTH is unset.
     flower_address: str = "127.0.0.1"
-    flower_port: int = 5555
+    flower_port: Annotated[int, Field(ge=1, le=65535)] = 5555
     flower_auth_file: Path | None = None
 
     @field_validator("agent_tools")
@@ -107,6 +120,38 @@ class Settings(BaseSettings):
 
         configured(v)  # raises ToolsWidened (a ValueError) naming what would widen
         return v
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_in_capitals(cls, v: object) -> object:
+        return v.upper() if isinstance(v, str) else v
+
+    @field_validator("database_url")
+    @classmethod
+    def _a_postgresql_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("postgresql://", "postgres://")):
+            raise ValueError("not a PostgreSQL URL: postgresql://user[:password]@host[:port]/database,"
+                             " or unset for the embedded server")
+        return v
+
+    @field_validator("broker_url")
+    @classmethod
+    def _a_redis_url(cls, v: str) -> str:
+        if not v.startswith(("redis://", "rediss://")):
+            raise ValueError("not a Redis URL: redis://[:password@]host:port/database (rediss:// with TLS)")
+        return v
+
+    @field_validator("ocr_languages")
+    @classmethod
+    def _tesseract_languages(cls, v: str) -> str:
+        if not all(part.replace("_", "").isalpha() for part in v.split("+")):
+            raise ValueError("language codes of Tesseract joined by +, e.g. fra+eng")
+        return v
+
+    @field_validator("state_dir")
+    @classmethod
+    def _anchored(cls, v: Path) -> Path:
+        return v if v.is_absolute() else ROOT / v
 
     def resolve_key(self, provider: str) -> tuple[SecretStr | None, str | None]:
         """(key, None) when a key is configured, else (None, the readable reason)."""
@@ -161,7 +206,22 @@ class Settings(BaseSettings):
 
 @lru_cache
 def get_settings() -> Settings:
-    return Settings()
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise ConfigError("; ".join(_explain(e) for e in exc.errors())) from None
+
+
+def _explain(error: object) -> str:
+    """`SYNEDRE_X='value': what it accepts`, the value left out for a secret or a URL."""
+    e = dict(error)  # type: ignore[call-overload]
+    name = str(e["loc"][0]) if e["loc"] else ""
+    field = Settings.model_fields.get(name)
+    var = str(field.validation_alias) if field and field.validation_alias else f"SYNEDRE_{name.upper()}"
+    secret = name.endswith(("_url", "_key", "_auth")) or (field is not None and "SecretStr" in str(field.annotation))
+    value = "" if secret or e["type"] == "missing" else f"={e['input']!r}"
+    why = str(e["msg"]).removeprefix("Value error, ").removeprefix(f"{var} ")
+    return f"{var}{value}: {why[:1].lower() if why[1:2].islower() else why[:1]}{why[1:]}"
 
 
 def secret_from_env(name: str) -> str | None:

@@ -1,20 +1,29 @@
 """What `synedre status` shows and `synedre fleet` checks at start: messages per status,
 queue depths read from Redis, the launch switch, and the health of every dependency.
 
-Each check is bounded by a timeout and reports a readable reason; none raises.
+Every probe runs at once, all of them within `PROBES_BOUND_S`; each reports a readable
+reason and none raises.
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from synedre.config import Settings, get_settings
 from synedre.pipeline import STAGES, Status, queues
 
 # kombu's Redis transport keeps a queue's priorities in separate lists: <name>, <name>\x06\x16<p>
 _PRIORITY_SEP = "\x06\x16"
+# `synedre status` answers within this (plus its start), whatever hangs: a compose
+# healthcheck or a monitor gets its exit code in time.
+PROBES_BOUND_S = 8.0
+
+
+class NotReady(Exception):
+    """A probe's own finding (no database, migrations pending), said as the operator needs it."""
 
 
 @dataclass(frozen=True)
@@ -23,14 +32,62 @@ class Check:
     ok: bool
     detail: str
 
+    @property
+    def level(self) -> Literal["ok", "warning", "fail"]:
+        """A warning works but is configured at a risk (it says WARNING); a failure does not work."""
+        return "ok" if self.ok else "warning" if "WARNING" in self.detail else "fail"
 
-def _timed(name: str, fn: Callable[[], str]) -> Check:
+
+def bounded(probes: dict[str, Callable[[], Any]], bound_s: float = PROBES_BOUND_S) -> dict[str, Any]:
+    """Each probe's result (or the exception it raised), all run at once on daemon threads;
+    one still running after `bound_s` is a TimeoutError and is left behind."""
+    results: dict[str, Any] = {}
+
+    def run(name: str, probe: Callable[[], Any]) -> None:
+        try:
+            results[name] = probe()
+        except Exception as exc:  # the caller reports it
+            results[name] = exc
+    threads = [threading.Thread(target=run, args=item, daemon=True) for item in probes.items()]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + bound_s
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return {name: results.get(name, TimeoutError(f"no answer within {bound_s:.0f} s")) for name in probes}
+
+
+def missing_database(s: Settings) -> str | None:
+    """Why there is no database to use without creating one: the embedded server has never
+    been created under the state directory (a command run with another one, or before the
+    first `synedre db upgrade`)."""
+    from synedre import db
+
+    pgdata = db.embedded_pgdata(s)
+    if s.database_url or (pgdata / "PG_VERSION").exists():
+        return None
+    return (f"no database in {pgdata} (SYNEDRE_STATE_DIR={s.state_dir}): `synedre db upgrade` creates it;"
+            " or point SYNEDRE_STATE_DIR at the existing one, or SYNEDRE_DATABASE_URL at a server")
+
+
+def _timed(name: str, fn: Callable[[], str], check: str = "") -> Check:
+    """The probe's answer with its time, or its failure in one line with what to `check`."""
     started = time.monotonic()
     try:
         detail = fn()
         return Check(name, True, f"{detail} ({(time.monotonic() - started) * 1000:.0f} ms)")
+    except NotReady as exc:  # already in the operator's words
+        return Check(name, False, str(exc))
     except Exception as exc:  # a check reports every failure; the reason is the point
-        return Check(name, False, f"{type(exc).__name__}: {exc}"[:300])
+        return Check(name, False, f"{type(exc).__name__}: {one_line(exc)}"[:300] + check)
+
+
+def one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _reason(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, NotReady) else f"{type(exc).__name__}: {one_line(exc)}"[:300]
 
 
 def status_counts(conn: Any) -> dict[str, int]:
@@ -51,14 +108,27 @@ def queue_depths(r: Any) -> dict[str, int]:
     return out
 
 
-def check_postgres() -> Check:
-    def probe() -> str:
-        from synedre import db
+def check_postgres(s: Settings | None = None) -> Check:
+    """Reachable (a connection of its own: no pool to wait for) and migrated."""
+    s = s or get_settings()
 
-        with db.transaction() as conn:
-            conn.execute("SELECT 1")
-        return "reachable"
-    return _timed("postgresql", probe)
+    def probe() -> str:
+        import psycopg
+
+        from synedre import db
+        from synedre.db.migrate import available
+
+        if why := missing_database(s):
+            raise NotReady(why)
+        with db.connect() as conn:
+            try:
+                applied = {r["version"] for r in conn.execute("SELECT version FROM synedre.schema_migrations")}
+            except psycopg.errors.UndefinedTable:
+                applied = set()
+        if pending := [m.version for m in available(s.migrations_dir) if m.version not in applied]:
+            raise NotReady(f"reachable, {len(pending)} migration(s) pending: run `synedre db upgrade`")
+        return "reachable, schema up to date"
+    return _timed("postgresql", probe, "; check that it runs, and SYNEDRE_DATABASE_URL")
 
 
 def check_redis() -> Check:
@@ -75,7 +145,7 @@ def check_redis() -> Check:
         if not info.get("aof_enabled") and not _rdb_saves(r):
             notes.append("WARNING no persistence (AOF off, no RDB saves): a restart loses queued tasks")
         return "; ".join(["reachable", *notes])
-    c = _timed("redis", probe)
+    c = _timed("redis", probe, "; start it, or fix SYNEDRE_BROKER_URL")
     return Check(c.name, c.ok and "WARNING" not in c.detail, c.detail)
 
 
@@ -93,7 +163,7 @@ def check_clamd(s: Settings) -> Check:
         if not ping(s.clamd, timeout=5.0):
             raise ConnectionError(f"clamd at {s.clamd} does not answer PING")
         return f"{s.clamd} answers"
-    return _timed("clamd", probe)
+    return _timed("clamd", probe, "; check that clamd runs, and SYNEDRE_CLAMD")
 
 
 def check_imap(s: Settings) -> list[Check]:
@@ -110,7 +180,8 @@ def check_imap(s: Settings) -> list[Check]:
                 client.select_folder(box.folder, readonly=True)
             return f"login as {box.username} on {box.imap_host}:{box.imap_port} ok"
         return probe
-    return [_timed(f"imap:{box_id}", login(box)) for box_id, box in boxes.items()]
+    return [_timed(f"imap:{box_id}", login(box), f"; check the server, and the entry and password of {box_id}"
+                   " in SYNEDRE_MAILBOXES_FILE") for box_id, box in boxes.items()]
 
 
 def check_llm_keys(s: Settings) -> list[Check]:
@@ -118,8 +189,10 @@ def check_llm_keys(s: Settings) -> list[Check]:
     (the facade skips a provider without a key; `local` needs none)."""
     from synedre import db
 
+    if missing_database(s):
+        return [Check("llm", False, "routing table unreadable: no database")]
     try:
-        with db.transaction() as conn:
+        with db.connect() as conn:
             rows = conn.execute("SELECT feature, provider, fallbacks FROM synedre.ai_routing"
                                 " ORDER BY feature").fetchall()
     except Exception as exc:
@@ -156,41 +229,68 @@ def check_agent_sandbox(s: Settings) -> Check:
 
 
 def check_all(s: Settings | None = None) -> list[Check]:
+    """Every dependency's check, all at once, within PROBES_BOUND_S."""
     s = s or get_settings()
-    return [check_postgres(), check_redis(), check_clamd(s), *check_imap(s), *check_llm_keys(s),
-            check_agent_sandbox(s)]
+    return _checks(bounded(_check_probes(s)))
+
+
+def _check_probes(s: Settings) -> dict[str, Callable[[], Any]]:
+    return {"postgresql": lambda: [check_postgres(s)], "redis": lambda: [check_redis()],
+            "clamd": lambda: [check_clamd(s)], "imap": lambda: check_imap(s), "llm": lambda: check_llm_keys(s),
+            "agent": lambda: [check_agent_sandbox(s)]}
+
+
+def _checks(results: dict[str, Any]) -> list[Check]:
+    out: list[Check] = []
+    for name in ("postgresql", "redis", "clamd", "imap", "llm", "agent"):
+        got = results[name]
+        out += [Check(name, False, _reason(got))] if isinstance(got, Exception) else got
+    return out
 
 
 def snapshot(s: Settings | None = None, app: Any = None) -> dict[str, Any]:
-    """Everything `synedre status` prints, as data (`app`: the Celery app, to ask consumers)."""
-    from synedre import db, kv
-    from synedre.spawn import locks
-
+    """Everything `synedre status` prints, as data (`app`: the Celery app, to ask consumers),
+    every probe at once within PROBES_BOUND_S."""
     s = s or get_settings()
-    out: dict[str, Any] = {}
-    try:
-        with db.transaction() as conn:
-            out["messages"] = status_counts(conn)
-            out["waiting"] = {r["status"]: r["n"] for r in conn.execute(
-                "SELECT status, count(*) AS n FROM synedre.email_states WHERE waiting_reason IS NOT NULL"
-                " GROUP BY status")}
-    except Exception as exc:
-        out["messages"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
-    try:
-        r = kv.client()
-        out["queues"] = queue_depths(r)
-        out["launches"] = {"paused": locks.spawn_disabled(r, s.spawn_disabled),
-                           "slots_in_use": locks.LaunchSemaphore(r, limit=s.max_concurrent_launches).in_use(),
-                           "limit": s.max_concurrent_launches}
-    except Exception as exc:
-        out["queues"] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+    probes = {**_check_probes(s), "messages": lambda: _messages(s), "queues": lambda: _queues(s)}
     if app is not None:
-        out["consumers"] = queue_consumers(app)
+        probes["consumers"] = lambda: queue_consumers(app)
+    got = bounded(probes)
+    out: dict[str, Any] = {}
+    for part in ("messages", "queues"):
+        if isinstance(got[part], Exception):
+            out[part] = {"error": _reason(got[part])}
+        else:
+            out.update(got[part])
+    if app is not None:
+        out["consumers"] = None if isinstance(got["consumers"], Exception) else got["consumers"]
     out["stages"] = [{"stage": st.name, "queue": st.queue, "group": st.group,
                       "entry": [str(x) for x in st.entry], "running": st.running and str(st.running),
                       "stuck_after_s": st.stuck_after_s} for st in STAGES]
-    out["health"] = [c.__dict__ for c in check_all(s)]
+    out["health"] = [{**c.__dict__, "level": c.level} for c in _checks(got)]
     return out
+
+
+def _messages(s: Settings) -> dict[str, Any]:
+    from synedre import db
+
+    if why := missing_database(s):
+        raise NotReady(why)
+    with db.connect() as conn:
+        return {"messages": status_counts(conn), "waiting": {r["status"]: r["n"] for r in conn.execute(
+            "SELECT status, count(*) AS n FROM synedre.email_states WHERE waiting_reason IS NOT NULL"
+            " GROUP BY status")}}
+
+
+def _queues(s: Settings) -> dict[str, Any]:
+    from synedre import kv
+    from synedre.spawn import locks
+
+    r = kv.client()
+    return {"queues": queue_depths(r),
+            "launches": {"paused": locks.spawn_disabled(r, s.spawn_disabled),
+                         "slots_in_use": locks.LaunchSemaphore(r, limit=s.max_concurrent_launches).in_use(),
+                         "limit": s.max_concurrent_launches}}
 
 
 def queue_consumers(app: Any, timeout_s: float = 1.0) -> dict[str, int] | None:

@@ -378,7 +378,7 @@ def retry_target(status: str, from_stage: str | None) -> Stage:
         raise RetryRefused("spawn_failed: only the launch itself is retried (--from spawn)")
     if stage.on_stuck == "fail":  # a launch is re-entered only from its own failure
         raise RetryRefused(f"status {status}: {stage.name} is re-entered only from "
-                           f"{', '.join(stage.retryable_from)}; a launch that succeeded is never repeated")
+                           f"{', '.join(stage.retryable_from)} (a launch never runs twice by accident)")
     if position(status) < STAGES.index(stage) - 1:
         raise RetryRefused(f"status {status} has not reached {stage.name} yet")
     return stage
@@ -388,12 +388,16 @@ def reenter(conn: Conn, message_id: int, from_stage: str | None, *, reason: str,
             by: str) -> tuple[Stage, str]:
     """Move the message to a stage's first entry status with a `retry_requested` audit;
     returns (that stage, the status it left). The attempt number moves on, so a late
-    write of an older execution is fenced out."""
+    write of an older execution is fenced out. A message already at one of the stage's
+    entry statuses is not moved: `retry_requeued` is audited, the caller enqueues it again."""
     row = conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s FOR UPDATE",
                        (message_id,)).fetchone()
     if row is None:
         raise RetryRefused(f"no message {message_id}")
     target = retry_target(row["status"], from_stage)
+    if row["status"] in target.entry:
+        audit(conn, message_id, "retry_requeued", reason=reason, by=by, stage=target.name, status=row["status"])
+        return target, row["status"]
     conn.execute(
         """UPDATE synedre.email_states SET status = %s, stage_attempt = stage_attempt + 1,
                   claimed_at = NULL, status_at = now(), updated_at = now(),

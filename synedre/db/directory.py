@@ -1,14 +1,15 @@
 """The directory: founder, clients, their people and chantiers.
 
 `Directory` / `Client` are what the stages read (`load`); `DirectoryFile` is the JSON
-file `synedre directory import` upserts (idempotent).
+file `synedre directory import` upserts (idempotent), `directory.example.json` at the
+project's root shows every field.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from synedre.db.types import Conn
 
@@ -72,37 +73,69 @@ def load(conn: Conn) -> Directory:
                      clients, persons)
 
 
-class PersonEntry(BaseModel):
+class DirectoryError(ValueError):
+    """A directory file that cannot be imported: one line per problem, by its place in the file."""
+
+
+class _Entry(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt key is an error, not a silent default
+
+
+class PersonEntry(_Entry):
     name: str | None = None
     email: str
 
+    @field_validator("email")
+    @classmethod
+    def _an_address(cls, v: str) -> str:
+        if v.count("@") != 1 or not all(v.split("@")):
+            raise ValueError("not an email address")
+        return v
 
-class ClientEntry(BaseModel):
-    codename: str
+
+class ClientEntry(_Entry):
+    codename: str = Field(min_length=1)
     name: str
-    priority: str = "normal"
+    priority: Literal["high", "normal", "low"] = "normal"
     mrr: float = Field(0, ge=0)
     status: str = "active"
+    # the tenant: what `./deploy <target> --preprod` deploys, and where QA finds the result
     deploy_target: str | None = None
+    preprod_url: str | None = None
     domains: list[str] = []
     persons: list[PersonEntry] = []
 
 
-class FounderEntry(BaseModel):
+class FounderEntry(_Entry):
     name: str
-    emails: list[str]
+    emails: list[str] = Field(min_length=1)
     domain: str
 
 
-class ChantierEntry(BaseModel):
-    codename: str
+class ChantierEntry(_Entry):
+    codename: str = Field(min_length=1)
     client: str | None = None
-    status: str = "open"
+    status: Literal["open", "paused", "closed"] = "open"
     title: str
     mission_letter: str | None = None
 
 
-class DirectoryFile(BaseModel):
+def parse_file(raw: bytes) -> DirectoryFile:
+    """The file, or DirectoryError with each problem as `clients[1].mrr: …` (no schema dump)."""
+    try:
+        return DirectoryFile.model_validate_json(raw)
+    except ValidationError as exc:
+        lines = []
+        for e in exc.errors():
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
+            why = str(e["msg"]).removeprefix("Value error, ")
+            shown = isinstance(e["input"], str | int | float) and e["type"] not in ("missing", "json_invalid")
+            got = f" (got {str(e['input'])[:60]!r})" if shown else ""
+            lines.append(f"{where or 'the file'}: {why[:1].lower()}{why[1:]}{got}")
+        raise DirectoryError("; ".join(lines)) from None
+
+
+class DirectoryFile(_Entry):
     founder: FounderEntry
     atlas_mailbox: str
     clients: list[ClientEntry] = []
@@ -147,9 +180,11 @@ def import_directory(conn: Conn, d: DirectoryFile) -> dict[str, Any]:
                 (cid, p.name, p.email.lower()))
         if c.deploy_target:
             conn.execute(
-                """INSERT INTO synedre.tenant_topology (client_id, deploy_target) VALUES (%s, %s)
-                   ON CONFLICT (client_id) DO UPDATE SET deploy_target = EXCLUDED.deploy_target""",
-                (cid, c.deploy_target))
+                """INSERT INTO synedre.tenant_topology (client_id, deploy_target, config)
+                   VALUES (%s, %s, jsonb_strip_nulls(jsonb_build_object('preprod_url', %s::text)))
+                   ON CONFLICT (client_id) DO UPDATE SET deploy_target = EXCLUDED.deploy_target,
+                     config = tenant_topology.config - 'preprod_url' || EXCLUDED.config""",
+                (cid, c.deploy_target, c.preprod_url))
     for ch in d.chantiers:
         conn.execute(
             """INSERT INTO synedre.chantiers (codename, client_id, status, title, mission_letter)
@@ -159,4 +194,4 @@ def import_directory(conn: Conn, d: DirectoryFile) -> dict[str, Any]:
                  mission_letter = EXCLUDED.mission_letter""",
             (ch.codename, ch.client, ch.status, ch.title, ch.mission_letter))
     return {"clients": len(d.clients), "persons": sum(len(c.persons) for c in d.clients),
-            "chantiers": len(d.chantiers)}
+            "tenants": sum(1 for c in d.clients if c.deploy_target), "chantiers": len(d.chantiers)}
