@@ -68,7 +68,7 @@ def ndjson(events: list[dict]) -> bytes:
 def new_launch(pg_url: str, state_dir: Path, tag: str):
     """A message with a running launch (attempt 1), as the claim leaves it."""
     from synedre.config import Settings
-    from synedre.db.launches import Claim
+    from synedre.db.launches import LaunchClaim
     from synedre.stages.poll import ingest_one
 
     raw = (stack.CORPUS / "cases" / "P02-client-direct-question.eml").read_bytes()
@@ -79,7 +79,7 @@ def new_launch(pg_url: str, state_dir: Path, tag: str):
                   (mid,))
         lid = c.execute("INSERT INTO synedre.launches (message_id, attempt, iteration) VALUES (%s, 1, 1)"
                         " RETURNING id", (mid,)).fetchone()[0]
-    return Claim(mid, 1, lid)
+    return LaunchClaim(mid, 1, lid)
 
 
 def redacted(pg_url: str, state_dir: Path, data: bytes, tag: str) -> dict:
