@@ -12,6 +12,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -40,6 +41,41 @@ def corpus_messages(n: int, tag: str, clean: bool = False) -> list[bytes]:
         raw = re.sub(rb"(?im)^Message-ID:.*\r?\n", b"", bases[i % len(bases)])
         out.append(f"Message-ID: <bench-{tag}-{i}@synedre.test>\r\n".encode() + raw)
     return out
+
+
+class IdleFloor:
+    """The IMAP server's own floor: APPEND -> its EXISTS on a bare IDLE connection to `folder`,
+    nothing else in between. A folder other than INBOX can be sampled while the fleet watches
+    INBOX (Dovecot's notification delay does not depend on the folder); `close` deletes what
+    was appended."""
+
+    def __init__(self, dovecot, folder: str = "INBOX"):
+        self.folder = folder
+        self.watcher, self.sender = dovecot.client(), dovecot.client()
+        if not self.sender.folder_exists(folder):
+            self.sender.create_folder(folder)
+        self.watcher.select_folder(folder, readonly=True)
+        self.samples: list[float] = []
+
+    def sample(self, raw: bytes) -> float:
+        self.watcher.idle()
+        try:
+            t0 = time.perf_counter()
+            self.sender.append(self.folder, raw)
+            while not any(r[1] == b"EXISTS" for r in self.watcher.idle_check(timeout=5) if len(r) > 1):
+                if time.perf_counter() - t0 > 30:
+                    raise TimeoutError(f"no EXISTS on {self.folder} 30 s after an APPEND")
+            self.samples.append(time.perf_counter() - t0)
+        finally:
+            self.watcher.idle_done()
+        return self.samples[-1]
+
+    def close(self) -> None:
+        self.sender.select_folder(self.folder)
+        self.sender.delete_messages(self.sender.search("ALL"))
+        self.sender.expunge()
+        for c in (self.watcher, self.sender):
+            c.logout()
 
 
 def _use_bench_broker() -> None:

@@ -1,6 +1,10 @@
-"""Latency of the whole path, one message at a time: APPEND -> the agent's process started,
-and the agent's end -> the recap received by the founder's SMTP server, p50 and p95 over
-20 messages. Targets: under 5 s to the agent, under 15 s to the recap.
+"""Latency of the whole path, one message at a time: APPEND -> the agent started (its CLI's
+first request to the Anthropic API), and the agent's end -> the recap received by the
+founder's SMTP server, p50 and p95 over 20 messages. Targets: under 5 s to the agent, under
+15 s to the recap. Baseline: the IDLE floor, the time the IMAP server takes to tell a bare
+IDLE connection that a message arrived (nothing else: no fleet in between), sampled once
+before each timed message in this run, on a folder of its own; the ratio of the path to
+the agent over it is printed (p50 over p50, p95 over p95).
 
 The product's path, on real services: Dovecot, the IDLE watcher (`synedre idle`), one
 Celery process per worker group of synedre.pipeline.WORKER_GROUPS started as `synedre
@@ -11,11 +15,13 @@ classification says run + plan), the real `claude` CLI against the scripted Mess
 3 routes, then a closing text), the e2e fixture's site (tests/services/site.py: its
 `deploy` script publishes the trunk), Chromium for QA, aiosmtpd for the recap.
 
-Times: APPEND is taken here, just before the IMAP APPEND; the agent's start is the spawn
-worker's `spawn_started` log line (logged just before the CLI is spawned; the launch row's
-`started_at`, written at the claim, is printed beside it); the agent's end is the launch
-row's `ended_at` (process gone, contract read, branch merged); the recap is received when
-aiosmtpd has its DATA. One message at a time: the next is appended once the previous
+Times: APPEND is taken here, just before the IMAP APPEND; the agent's start is the first
+request the scripted Anthropic API (served by this process) receives after it: the CLI
+is running then, whatever it asks first (printed beside it: the launch row's `started_at`,
+written at the claim, and the CLI's own start, from the spawn worker's `spawn_started`
+log line, written just before the CLI is spawned, to that request); the agent's end is the
+launch row's `ended_at` (process gone, contract read, branch merged); the recap is
+received when aiosmtpd has its DATA. One message at a time: the next is appended once the previous
 recap is received, so no message waits behind another (`--pace agent`: once the previous
 agent has ended, so the previous message's deploy, QA and recap run beside the next
 agent; on 2 cores that saturates the QA group). An untimed message goes first (first CLI
@@ -37,11 +43,12 @@ from pathlib import Path
 
 import psycopg
 from _loop import CORPUS, add_client, pct, services, stack
+from _stack import IdleFloor
 
 from synedre import fleet
 from synedre.celeryconfig import GROUPS
 from synedre.pipeline import TERMINAL, Status
-from tests.services.claude_api import ScriptedModel, bash, start_claude_api, text
+from tests.services.claude_api import ClaudeAPI, ScriptedModel, bash, start_claude_api, text
 from tests.services.llm_server import start_llm_server
 from tests.services.site import start_site
 from tests.services.smtp import start_smtp
@@ -174,7 +181,7 @@ def main() -> None:
             procs = start_fleet(env, s["logs"])
             procs.append(stack.idle_watcher(env, s["logs"]))
             try:
-                report(s, procs, arrivals, args.n, args.pace)
+                report(s, procs, api, arrivals, args.n, args.pace)
             finally:
                 for p in procs:
                     p.stop()
@@ -185,7 +192,7 @@ def main() -> None:
         llm.stop()
 
 
-def report(s, procs: list[stack.Proc], arrivals: dict[str, float], n: int, pace: str) -> None:
+def report(s, procs: list[stack.Proc], api: ClaudeAPI, arrivals: dict[str, float], n: int, pace: str) -> None:
     db = psycopg.connect(s["pg_url"], autocommit=True)
     imap = s["dovecot"].client()
     appended: dict[str, float] = {}
@@ -205,7 +212,10 @@ def report(s, procs: list[stack.Proc], arrivals: dict[str, float], n: int, pace:
         return row is not None and row[1] is not None
 
     messages = [message(0, "warm")] + [message(i, "t") for i in range(1, n + 1)]
+    floor = IdleFloor(s["dovecot"], "Floor")
+    clock = time.time() - time.monotonic()  # the API server stamps requests with time.monotonic()
     for raw, header in messages:
+        floor.sample(raw)  # with --pace recap, nothing else runs then: the previous one is through
         appended[header] = time.time()
         imap.append("INBOX", raw)
         stack.wait_for(lambda h=header: launch_ended(h), PER_MESSAGE_TIMEOUT_S, f"the launch of {header}", 0.05)
@@ -225,6 +235,7 @@ def report(s, procs: list[stack.Proc], arrivals: dict[str, float], n: int, pace:
     except TimeoutError as exc:
         raise RuntimeError(f"{len(arrivals)} recaps, statuses {statuses()}; logs in {s['logs']}") from exc
     imap.logout()
+    floor.close()
     rows = {r[0]: r[1:] for r in db.execute(
         "SELECT l.message_id, extract(epoch FROM l.started_at), extract(epoch FROM l.ended_at),"
         " (SELECT extract(epoch FROM max(a.at)) FROM synedre.audit_log a WHERE a.message_id = l.message_id"
@@ -234,23 +245,32 @@ def report(s, procs: list[stack.Proc], arrivals: dict[str, float], n: int, pace:
         " (SELECT count(*) FROM synedre.launches k WHERE k.message_id = l.message_id)"
         " FROM synedre.launches l WHERE l.message_id = ANY(%s)", (mids,)).fetchall()}
     db.close()
-    started = spawn_started(procs)
-    to_agent, to_claim, agent_s, to_recap, to_deployed, to_qa = [], [], [], [], [], []
+    spawned = spawn_started(procs)
+    requests = sorted(r.at + clock for r in list(api.requests))
+    to_agent, to_claim, cli_start, agent_s, to_recap, to_deployed, to_qa = [], [], [], [], [], [], []
     for h, mid in zip(timed, mids, strict=True):
         claim_at, ended_at, deployed_at, qa_at, launches = (float(x) for x in rows[mid])
         if launches != 1:
             raise RuntimeError(f"message {mid} had {launches} launches (QA was meant to pass at once)")
-        to_agent.append(started[mid] - appended[h])
+        # one launch at a time: the first request after this APPEND is this message's agent's
+        started = next((at for at in requests if at >= appended[h]), None)
+        if started is None or not spawned[mid] <= started <= ended_at:
+            raise RuntimeError(f"message {mid}: no API request between its CLI's spawn and its launch's end")
+        to_agent.append(started - appended[h])
         to_claim.append(claim_at - appended[h])
-        agent_s.append(ended_at - started[mid])
+        cli_start.append(started - spawned[mid])
+        agent_s.append(ended_at - started)
         to_deployed.append(deployed_at - ended_at)
         to_qa.append(qa_at - ended_at)
         to_recap.append(arrivals[h] - ended_at)
 
     def p(v):
         return f"p50={pct(v, 50):.2f} p95={pct(v, 95):.2f}"
+    base = floor.samples[1:]  # the samples taken before the timed messages
     print(f"pipeline_latency to_agent {p(to_agent)} (target < 5 s) messages={n}"
-          f" launch_row_started_at {p(to_claim)}", flush=True)
+          f" idle_floor {p(base)} ratio p50={pct(to_agent, 50) / pct(base, 50):.2f}"
+          f" p95={pct(to_agent, 95) / pct(base, 95):.2f} (to_agent over the IDLE floor)"
+          f" launch_row_started_at {p(to_claim)} cli_start {p(cli_start)}", flush=True)
     print(f"pipeline_latency agent_end_to_recap {p(to_recap)} (target < 15 s) messages={n}"
           f" routes={len(ROUTES)} to_deployed {p(to_deployed)} to_qa_passed {p(to_qa)}"
           f" agent_run_s {p(agent_s)} pace={pace} loadavg={os.getloadavg()[0]:.1f}", flush=True)
