@@ -1,15 +1,20 @@
-"""QA of one message's 12 routes on 1, then 2 QA worker processes (`celery -A tasks worker
--Q qa -c 1` each), in the same run: routes/s from `synedre.qa` enqueued to `qa_passed`,
-and the ratio of the two. Target: at least 1.6 on 2 cores.
+"""QA of one message's 12 routes on 1 and on 2 QA worker processes (`celery -A tasks worker
+-Q qa -c 1` each), alternated in the same run (1, 2, 1, 2, ... over `--rounds` rounds, so a
+change of load on a shared machine falls on both): routes/s from `synedre.qa` enqueued to
+`qa_passed`, the median of each over the rounds, and the ratio of the medians (the baseline
+is 1 worker). Target: at least 1.6 on 2 cores.
 
+Both worker processes run for the whole bench; in a 1-worker round the second one has
+stopped consuming the `qa` queue (Celery's `cancel_consumer`, `add_consumer` before a
+2-worker round), and the bench checks from the workers' logs that it ran no route then.
 The site is the e2e fixture's (tests/services/site.py) with 12 pages of its own, committed
-and published by its deploy script (which writes the sitemap). Each message is prepared
-as the deploy stage leaves it (status `deployed`, a launch whose contract declares the 12
-routes, its qa_runs row), untimed. Before each measurement an untimed message with 2
-routes per worker goes through, so every worker process has imported Playwright and run
-Chromium once. Each route's task starts a Chromium of its own: the time one start and stop
-takes, measured here in this process, is printed beside the per-route task time so the
-share of the browser's start is visible. Runs from a plain shell: see _stack.py, _loop.py.
+and published by its deploy script (which writes the sitemap). Each message is prepared as
+the deploy stage leaves it (status `deployed`, a launch whose contract declares the 12
+routes, its qa_runs row), untimed. Before the rounds an untimed message with 2 routes per
+worker goes through both, so every worker process has imported Playwright and run Chromium
+once. Each route's task starts a Chromium of its own: the time one start and stop takes,
+measured here in this process, is printed beside the per-route task time so the share of
+the browser's start is visible. Runs from a plain shell: see _stack.py, _loop.py.
 """
 from __future__ import annotations
 
@@ -29,8 +34,13 @@ from synedre.pipeline import Status
 ROUTES = 12
 TIMEOUT_S = 240
 WARMUP_ROUTES_PER_WORKER = 2
+WORKERS = 2
 DONE = {str(Status.QA_PASSED), str(Status.QA_FAILED)}
 SUCCEEDED = re.compile(r"Task synedre\.qa_route\[([0-9a-f-]+)\] succeeded in ([0-9.]+)s")
+
+
+def node(i: int) -> str:
+    return f"bench-qa-{i}@bench"
 
 
 def qa_workers(env: dict[str, str], logs: Path, n: int) -> list[stack.Proc]:
@@ -38,8 +48,8 @@ def qa_workers(env: dict[str, str], logs: Path, n: int) -> list[stack.Proc]:
     try:
         for i in range(n):
             argv = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "qa", "-c", "1",
-                    "--loglevel", "INFO", "-n", f"bench-qa-{n}-{i}@%h", "--without-gossip", "--without-mingle"]
-            procs.append(stack.Proc(f"bench-qa-{n}-{i}", argv, env, logs))
+                    "--loglevel", "INFO", "-n", node(i), "--without-gossip", "--without-mingle"]
+            procs.append(stack.Proc(f"bench-qa-{i}", argv, env, logs))
         for p in procs:
             p.wait_output(" ready.", 90)
     except BaseException:
@@ -47,6 +57,18 @@ def qa_workers(env: dict[str, str], logs: Path, n: int) -> list[stack.Proc]:
             p.stop()
         raise
     return procs
+
+
+def consuming(workers: int) -> None:
+    """Only the first `workers` worker processes consume the `qa` queue; the others, idle,
+    stay up. Returns once each one concerned has answered."""
+    from tasks.app import app
+
+    for i in range(WORKERS):
+        command = app.control.add_consumer if i < workers else app.control.cancel_consumer
+        replies = command("qa", destination=[node(i)], reply=True, timeout=10)
+        if not replies:
+            raise RuntimeError(f"{node(i)} did not answer {command.__name__}")
 
 
 def browser_start_stop_s(rounds: int = 3) -> float:
@@ -63,10 +85,9 @@ def browser_start_stop_s(rounds: int = 3) -> float:
     return statistics.median(times)
 
 
-def route_task_times(workers: list[stack.Proc], skips: list[int]) -> list[float]:
-    """The qa_route task durations Celery logged, each worker's first `skips[i]` left out."""
-    return [float(m.group(2)) for w, skip in zip(workers, skips, strict=True)
-            for m in list(SUCCEEDED.finditer(w.output()))[skip:]]
+def route_task_times(workers: list[stack.Proc]) -> list[list[float]]:
+    """The qa_route task durations Celery logged so far, per worker."""
+    return [[float(m.group(2)) for m in SUCCEEDED.finditer(w.output())] for w in workers]
 
 
 def through_qa(s, site, routes: list[str], tag: str) -> tuple[float, str]:
@@ -86,31 +107,60 @@ def through_qa(s, site, routes: list[str], tag: str) -> tuple[float, str]:
     return t1 - t0, status
 
 
+def logged(workers: list[stack.Proc], total: int) -> list[list[float]]:
+    """The route task times once `total` tasks in all have logged their end (the last route
+    writes the verdict, then its task returns and Celery logs it: the log trails the verdict)."""
+    stack.wait_for(lambda: sum(map(len, route_task_times(workers))) >= total, 30, f"{total} route tasks logged")
+    return route_task_times(workers)
+
+
+def one_round(s, site, routes: list[str], workers: list[stack.Proc], n: int, tag: str) -> tuple[float, list[float]]:
+    """(routes/s, the route task times) of one message on the first `n` workers."""
+    consuming(n)
+    before = route_task_times(workers)
+    elapsed, _ = through_qa(s, site, routes, tag)
+    after = logged(workers, sum(map(len, before)) + len(routes))
+    ran = [len(a) - len(b) for a, b in zip(after, before, strict=True)]
+    if any(ran[n:]) or sum(ran) != len(routes):
+        raise RuntimeError(f"{n} worker(s) meant to run the {len(routes)} routes, per worker: {ran}")
+    return len(routes) / elapsed, [t for a, b in zip(after, before, strict=True) for t in a[len(b):]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.parse_args()
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of (1 worker, 2 workers)")
+    args = ap.parse_args()
     with services() as s:
         site, routes = site_with_pages(Path(s["env"]["SYNEDRE_STATE_DIR"]).parent / "site", ROUTES)
         env = {**s["env"], "SYNEDRE_QA_TIMEOUT_S": "20"}
-        rates = {}
+        rates: dict[int, list[float]] = {1: [], 2: []}
+        tasks: dict[int, list[float]] = {1: [], 2: []}
         try:
             browser_s = browser_start_stop_s()
+            workers = qa_workers(env, s["logs"], WORKERS)
+            try:
+                consuming(WORKERS)
+                through_qa(s, site, routes[:WARMUP_ROUTES_PER_WORKER * WORKERS], "qa-warm")
+                logged(workers, WARMUP_ROUTES_PER_WORKER * WORKERS)
+                for r in range(args.rounds):
+                    for n in (1, 2):
+                        rate, times = one_round(s, site, routes, workers, n, f"qa{n}-{r}")
+                        rates[n].append(rate)
+                        tasks[n].extend(times)
+            finally:
+                for w in workers:
+                    w.stop()
             for n in (1, 2):
-                workers = qa_workers(env, s["logs"], n)
-                try:
-                    through_qa(s, site, routes[:WARMUP_ROUTES_PER_WORKER * n], f"qa-warm{n}")
-                    skip = [len(SUCCEEDED.findall(w.output())) for w in workers]
-                    elapsed, _ = through_qa(s, site, routes, f"qa{n}")
-                    per_task = route_task_times(workers, skip)
-                finally:
-                    for w in workers:
-                        w.stop()
-                rates[n] = ROUTES / elapsed
-                print(f"qa_scaling routes={ROUTES} workers={n} rate={rates[n]:.2f} routes/s"
-                      f" elapsed_s={elapsed:.1f} route_task_mean_s={statistics.mean(per_task):.2f}"
-                      f" browser_start_stop_s={browser_s:.2f} loadavg={os.getloadavg()[0]:.1f}", flush=True)
-            print(f"qa_scaling ratio={rates[2] / rates[1]:.2f} (target >= 1.6)"
-                  f" browser_start_share={browser_s / statistics.mean(per_task):.0%} of a route's task", flush=True)
+                print(f"qa_scaling routes={ROUTES} workers={n} rounds={args.rounds}"
+                      f" rate_p50={statistics.median(rates[n]):.2f} routes/s"
+                      f" rates={','.join(f'{x:.2f}' for x in rates[n])}"
+                      f" route_task_mean_s={statistics.mean(tasks[n]):.2f}"
+                      f" browser_start_stop_s={browser_s:.2f}", flush=True)
+            ratio = statistics.median(rates[2]) / statistics.median(rates[1])
+            print(f"qa_scaling ratio={ratio:.2f} (medians, 2 workers over the 1-worker baseline; target >= 1.6)"
+                  f" round_ratios={','.join(f'{b / a:.2f}' for a, b in zip(rates[1], rates[2], strict=True))}"
+                  f" browser_start_share={browser_s / statistics.mean(tasks[1] + tasks[2]):.0%} of a route's task"
+                  f" loadavg={os.getloadavg()[0]:.1f}", flush=True)
         finally:
             site.stop()
 
