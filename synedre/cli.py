@@ -87,6 +87,7 @@ def explain(exc: Exception) -> tuple[int, str]:
     import psycopg
     import redis
     from kombu.exceptions import OperationalError as BrokerError
+    from psycopg_pool import PoolTimeout
 
     from synedre.spawn.locks import LaunchGuardUnavailable
 
@@ -98,7 +99,9 @@ def explain(exc: Exception) -> tuple[int, str]:
     if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn
                   | psycopg.errors.InvalidSchemaName):
         return DEPENDENCY, f"the database ({_postgres_where()}) is not migrated ({first}): run `synedre db upgrade`"
-    if isinstance(exc, psycopg.OperationalError):
+    # no connection (no SQLSTATE, class 08, a server shutting down), not a lock timeout
+    if isinstance(exc, PoolTimeout) or isinstance(exc, psycopg.OperationalError) and (
+            exc.sqlstate is None or exc.sqlstate.startswith(("08", "57P"))):
         return DEPENDENCY, (f"PostgreSQL ({_postgres_where()}) is not reachable ({_postgres_why(exc)}):"
                             " check that it runs, and SYNEDRE_DATABASE_URL")
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError | BrokerError | LaunchGuardUnavailable):
@@ -107,15 +110,15 @@ def explain(exc: Exception) -> tuple[int, str]:
 
 
 def _postgres_where() -> str:
-    from urllib.parse import urlsplit
+    from psycopg.conninfo import conninfo_to_dict
 
     from synedre import db
 
     s = get_settings()
     if not s.database_url:
         return f"embedded, in {db.embedded_pgdata(s)}"
-    u = urlsplit(s.database_url)  # never the user nor the password
-    return f"{u.hostname or 'local socket'}:{u.port or 5432}{u.path}"
+    c = conninfo_to_dict(s.database_url)  # never the user nor the password
+    return f"{c.get('host') or 'local socket'}:{c.get('port') or 5432}/{c.get('dbname') or ''}"
 
 
 def _postgres_why(exc: Exception) -> str:
@@ -738,11 +741,15 @@ def poll(mailbox: str = typer.Argument("atlas", help="The mailbox's id in the re
         from tasks.app import app as celery
         console.print(f"enqueued {celery.send_task('synedre.poll', args=[mailbox]).id}")
         return
+    import logging
+
     from tasks.poll import poll as poll_task
 
     need_database()
-    try:
-        console.print_json(data=poll_task.apply(args=[mailbox]).get())
+    if get_settings().log_level != "DEBUG":  # the failure is said once below, not as the task's traceback
+        logging.getLogger("celery.app.trace").setLevel(logging.CRITICAL)
+    try:  # one attempt, here and now: a worker's retries are the worker's
+        console.print_json(data=poll_task.apply(args=[mailbox], retries=poll_task.max_retries).get())
     except (OSError, IMAPClientError) as exc:
         raise Unavailable(f"IMAP of mailbox {mailbox} ({box.imap_host}:{box.imap_port}) did not answer"
                           f" ({type(exc).__name__}: {exc}): check the server, and the mailbox's entry and"
