@@ -3,6 +3,7 @@ attempt, the fenced write and release, the lease, the unclaimed move and the lau
 claim and end. Each asserts the rows as stored (status, attempt, waiting reason, audit
 detail), so that a door that writes a little wrong fails here, not only in a whole run
 (written for the mutation run, docs/mutation.md)."""
+import time
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -69,15 +70,19 @@ def test_a_claim_moves_the_message_to_running_with_the_next_attempt_and_only_onc
 def test_the_write_moves_to_the_exit_with_its_fields_and_audit_only_for_the_owning_attempt(conn, mid):
     with conn.transaction():
         c = runner.claim(conn, SCAN, mid)
-    done = runner.Done(Status.SCANNED, detail={"attachments": 2, "stage": "forged"}, fields={"intent": "run"})
+    done = runner.Done(Status.SCANNED, detail={"attachments": 2, "stage": "forged"},
+                       fields={"intent": "run", "complexity": "plan"})
+    time.sleep(0.3)  # the stage's work, timed from the claim
     with conn.transaction():
         assert runner.settle(conn, c, done) is done
     row = state(conn, mid)
-    assert (row["status"], row["intent"], row["claimed_at"]) == ("scanned", "run", None)
+    assert (row["status"], row["intent"], row["complexity"], row["claimed_at"]) == ("scanned", "run", "plan", None)
     [detail] = audits(conn, mid, "scanned")
     assert detail["attachments"] == 2 and detail["stage"] == "scan" and detail["attempt"] == c.attempt
-    assert detail["duration_s"] >= 0
-    with pytest.raises(runner.FencedOut), conn.transaction():  # written already: not owned any more
+    took = detail["duration_s"]
+    assert isinstance(took, float) and 0.3 <= took < 1.0 and took == round(took, 6)
+    with pytest.raises(runner.FencedOut, match=f"message {mid}: scan attempt {c.attempt} no longer owns it"), \
+            conn.transaction():  # written already: not owned any more
         runner.settle(conn, c, runner.Done(Status.BLOCKED_UNSAFE_ATTACHMENT))
     assert state(conn, mid)["status"] == "scanned" and audits(conn, mid, "blocked_unsafe_attachment") == []
 
@@ -90,7 +95,8 @@ def test_a_superseded_attempt_writes_nothing_and_the_current_one_does(conn, mid)
         new = runner.claim(conn, SCAN, mid)
     assert new.attempt == old.attempt + 1
     for result in (runner.Done(Status.SCANNED), runner.Held("late", "scan_held")):
-        with pytest.raises(runner.FencedOut), conn.transaction():
+        with pytest.raises(runner.FencedOut, match=f"message {mid}: scan attempt {old.attempt} no longer"), \
+                conn.transaction():
             runner.settle(conn, old, result)
     assert state(conn, mid)["status"] == "scanning" and audits(conn, mid, "scan_held") == []
     with conn.transaction():
@@ -120,9 +126,11 @@ def test_a_held_result_hands_the_message_back_to_wait_with_its_reason_and_until(
 def test_a_write_computed_in_the_transaction_is_checked_and_written_like_a_result(conn, mid):
     with conn.transaction():
         c = runner.claim(conn, SCAN, mid)
+    def write(tx):  # reads in the write's own transaction: it sees the claim
+        return runner.Done(Status.SCANNED, detail={"seen": state(tx, mid)["status"]})
     with conn.transaction():
-        out = runner.settle(conn, c, lambda tx: runner.Done(Status.SCANNED, detail={"n": 1}))
-    assert out.status == Status.SCANNED and state(conn, mid)["status"] == "scanned"
+        out = runner.settle(conn, c, write)
+    assert out.detail == {"seen": "scanning"} and state(conn, mid)["status"] == "scanned"
 
 
 def test_the_lease_is_renewed_only_for_the_owning_attempt(conn, mid):
@@ -171,8 +179,9 @@ def test_run_writes_nothing_for_a_skip_and_releases_on_an_error(db, conn, mid):
 
 def test_run_in_claim_works_and_writes_in_the_claim_s_transaction(db, conn, mid):
     set_status(conn, mid, Status.SCANNED)
-    out = runner.run_in_claim(OCR, mid, lambda tx, c: runner.Done(Status.READ, detail={"attempt_seen": c.attempt}))
-    assert out.status == Status.READ and state(conn, mid)["status"] == "read"
+    out = runner.run_in_claim(OCR, mid,
+                              lambda tx, c: runner.Done(Status.READ, detail={"seen": state(tx, mid)["status"]}))
+    assert out.status == Status.READ and out.detail == {"seen": "reading"} and state(conn, mid)["status"] == "read"
     assert runner.run_in_claim(OCR, mid, lambda tx, c: runner.Done(Status.READ)) == \
         runner.Skip("already past ocr (status read)", moved_on=True)
 
@@ -212,6 +221,8 @@ def test_a_launch_claim_and_its_end_are_fenced_by_the_launch_attempt(conn, mid):
     row = state(conn, mid)
     assert (row["status"], row["launch_attempt"], c.attempt) == ("spawning", before + 1, before + 1)
     assert row["claimed_at"] is not None
+    assert conn.execute("SELECT model, iteration, attempt FROM synedre.launches WHERE id = %s",
+                        (c.launch_id,)).fetchone() == {"model": "sonnet", "iteration": 1, "attempt": c.attempt}
     with conn.transaction():
         assert runner.claim_launch(conn, mid) is None
     with conn.transaction():
