@@ -2,6 +2,7 @@
 # make test   - set up and run the test suite against real services
 # make unit   - only the unit tests: no services, seconds
 # make lint   - ruff, mypy and the import layers (lint-imports, contracts in pyproject.toml)
+# make mutation - mutation testing of the safety-critical code (slow; report in docs/mutation.md)
 # make lock   - re-resolve requirements.lock from pyproject.toml (after changing a dependency)
 PY ?= python3
 VENV := .venv
@@ -10,7 +11,7 @@ LOCKVENV := build/lockvenv
 # The lock is resolved for the machines the fleet and CI run on.
 LOCK_TARGET := --python-version 3.11 --python-platform x86_64-unknown-linux-gnu
 
-.PHONY: system venv fleet test unit lint lock bench clean
+.PHONY: system venv fleet test unit lint lock bench mutation clean
 
 system:
 	scripts/system-deps
@@ -40,6 +41,10 @@ lint: venv
 	$(VENV)/bin/ruff check .; ruff=$$?; $(VENV)/bin/mypy synedre; mypy=$$?; \
 	$(VENV)/bin/lint-imports --no-cache && exit $$((ruff || mypy))
 
+# Not on every CI run: it takes the better part of an hour (docs/mutation.md gives the last run's time).
+mutation: system venv
+	$(VENV)/bin/python scripts/mutation.py
+
 lock:
 	test -x $(LOCKVENV)/bin/uv || ($(PY) -m venv $(LOCKVENV) && $(LOCKVENV)/bin/pip install -q uv)
 	$(LOCKVENV)/bin/uv pip compile -q pyproject.toml --extra test --extra dev $(LOCK_TARGET) \
@@ -49,4 +54,4 @@ bench: system venv
 	cd bench && ../$(VENV)/bin/python ingest_latency.py && ../$(VENV)/bin/python ingest_backlog.py
 
 clean:
-	rm -rf $(VENV) $(LOCKVENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LOCKVENV) mutants .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -52,8 +52,11 @@ def _reset_settings() -> None:
 
 @pytest.fixture(scope="session")
 def pg_url(tmp_path_factory) -> str:
-    server = stack.start_pg(tmp_path_factory.mktemp("pg") / "data")
-    url = server.get_uri()
+    # The mutation run (scripts/mutation) starts one server for its thousands of short
+    # pytest sessions instead of one per session; the tests still truncate what they use.
+    shared = os.environ.get("SYNEDRE_TEST_SHARED_PG_URL")
+    server = None if shared else stack.start_pg(tmp_path_factory.mktemp("pg") / "data")
+    url = shared or server.get_uri()
     os.environ["SYNEDRE_DATABASE_URL"] = url
     _reset_settings()
     from synedre.config import get_settings
@@ -61,7 +64,8 @@ def pg_url(tmp_path_factory) -> str:
 
     upgrade(get_settings().migrations_dir, url)
     yield url
-    server.cleanup()
+    if server is not None:
+        server.cleanup()
 
 
 MESSAGE_TABLES = "audit_log, attachments, email_states, negotiations, advices, reply_drafts, " \

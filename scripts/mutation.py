@@ -1,0 +1,180 @@
+"""Mutation testing of the safety-critical code (`make mutation`), then its report.
+
+mutmut (configured in pyproject.toml's [tool.mutmut]) mutates the files that hold the
+guarantees; this script runs it on the functions that hold them (SCOPE), with one embedded
+PostgreSQL shared by mutmut's many short pytest sessions, and writes docs/mutation.md:
+mutants per area, killed, survived — each survivor either listed in
+docs/mutation-equivalent.toml with why it cannot change behaviour, or unexplained. It
+exits 1 when a survivor is unexplained (or a mutant had no test), 0 otherwise.
+
+    .venv/bin/python scripts/mutation.py            # run, then report
+    .venv/bin/python scripts/mutation.py --report   # report on the last run only
+"""
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MUTMUT = [sys.executable, "-m", "mutmut"]
+EQUIVALENT = ROOT / "docs" / "mutation-equivalent.toml"
+REPORT = ROOT / "docs" / "mutation.md"
+
+# Area -> mutmut name patterns (module path, `x_<function>` or `xǁ<Class>ǁ<method>`).
+# `db`: its tests share one database, so its mutants run one at a time.
+SCOPE: dict[str, tuple[bool, list[str]]] = {
+    "guard rails (classify/rules.py)": (False, ["synedre.classify.rules.*"]),
+    "launch verdict (stages/spawn.py: succeeded)": (False, ["synedre.stages.spawn.x_succeeded__mutmut_*"]),
+    "redactor (redact.py: Redactor, exact pass)": (False, ["synedre.redact.xǁRedactorǁ*",
+                                                           "synedre.redact.xǁ_Exactǁ*"]),
+    "merge and fetch-back (spawn/workspace.py)": (False, [
+        f"synedre.spawn.workspace.x_{f}__mutmut_*" for f in ("collect", "merge_back", "_dirty")]),
+    "claim and fenced writes (runner.py)": (True, [
+        f"synedre.runner.x_{f}__mutmut_*" for f in (
+            "claim", "_write", "_release", "_renew", "settle", "run", "run_in_claim", "_check_exit",
+            "_after", "move", "claim_launch", "finish_launch")]),
+    "recap's exactly-once send (mail/outbound.py)": (True, [
+        f"synedre.mail.outbound.x_{f}__mutmut_*" for f in (
+            "_claim", "_claim_send", "_mark_sent", "_mark_unknown", "_release")]),
+}
+KILLED = {"killed", "timeout", "segfault"}  # a mutant the tests noticed
+STATUS = re.compile(r"^\s*(\S+__mutmut_\d+): (.+)$")
+
+
+def area_of(name: str) -> str | None:
+    for area, (_, patterns) in SCOPE.items():
+        if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            return area
+    return None
+
+
+def shared_postgres(base: Path) -> tuple[object, str]:
+    sys.path.insert(0, str(ROOT))
+    from tests.services import stack
+
+    server = stack.start_pg(base / "data")
+    return server, server.get_uri()
+
+
+def run(children: int, log: Path) -> float:
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="synedre-mutation-") as tmp:
+        server, url = shared_postgres(Path(tmp))
+        # Its own root for pytest's numbered temporary directories: mutmut starts thousands of
+        # sessions, and pytest prunes all but the last few under the root they share.
+        env = {**os.environ, "SYNEDRE_TEST_SHARED_PG_URL": url, "PYTEST_DEBUG_TEMPROOT": tmp}
+        try:
+            with log.open("w") as out:
+                for db in (False, True):
+                    patterns = [p for _, (d, ps) in SCOPE.items() if d is db for p in ps]
+                    cmd = [*MUTMUT, "run", "--max-children", "1" if db else str(children), *patterns]
+                    rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+                    if rc not in (0, 1):  # mutmut exits 1 when mutants survive
+                        sys.exit(f"mutmut failed (exit {rc}); see {log}")
+        finally:
+            server.cleanup()  # type: ignore[attr-defined]
+    return time.monotonic() - started
+
+
+def results() -> dict[str, str]:
+    out = subprocess.run([*MUTMUT, "results", "--all", "true"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    return {m.group(1): m.group(2).strip() for line in out.splitlines() if (m := STATUS.match(line))}
+
+
+def diff(name: str) -> str:
+    shown = subprocess.run([*MUTMUT, "show", name], cwd=ROOT, capture_output=True, text=True).stdout
+    return "\n".join(line for line in shown.splitlines() if line[:2] in ("- ", "+ "))
+
+
+def mechanical(changed: str) -> str | None:
+    """Why a mutant is equivalent when that can be read off its diff alone, else None:
+    - it touches nothing but the arguments of a logging call (the event's name or fields):
+      what an operator reads, never a state, a return value or a write;
+    - it changes only the letter case of SQL text holding no quoted literal: keywords and
+      unquoted identifiers are case-insensitive in PostgreSQL."""
+    lines = changed.splitlines()
+    if lines and all(LOG_CALL.match(line[2:]) for line in lines):
+        return f"changes a log line only, no state or result: `{lines[-1][2:].strip()}`"
+    old = [line[2:] for line in lines if line.startswith("- ")]
+    new = [line[2:] for line in lines if line.startswith("+ ")]
+    if old and len(old) == len(new) and old != new and all(
+            a.lower() == b.lower() and "'" not in a and QUOTED.sub("", a) == QUOTED.sub("", b)
+            and SQL.search(" ".join(QUOTED.findall(a))) for a, b in zip(old, new)):
+        return "changes the letter case of SQL keywords only (no quoted literal on the line)"
+    return None
+
+
+QUOTED = re.compile(r'"[^"]*"')  # the Python string literals of a line (SQL text is in them)
+SQL = re.compile(r"(?i)\b(?:update|select|where|returning|insert|set|and|null)\b")
+
+
+LOG_CALL = re.compile(r"\s*log\.(?:debug|info|warning|error|exception)\(.*\)\s*(?:#.*)?$")
+
+
+def report(seconds: float | None) -> int:
+    equivalent: dict[str, str] = tomllib.loads(EQUIVALENT.read_text())["equivalent"] \
+        if EQUIVALENT.exists() else {}
+    per: dict[str, Counter[str]] = {a: Counter() for a in SCOPE}
+    explained, unexplained = [], []
+    for name, status in sorted(results().items()):
+        if (area := area_of(name)) is None or status == "not checked":
+            continue
+        per[area]["mutants"] += 1
+        if status in KILLED:
+            per[area]["killed"] += 1
+        elif status == "survived" and name in equivalent:
+            per[area]["equivalent"] += 1
+            explained.append((name, equivalent[name]))
+        elif status == "survived" and (why := mechanical(diff(name))):
+            per[area]["equivalent"] += 1
+            explained.append((name, why))
+        else:
+            per[area]["unexplained"] += 1
+            unexplained.append((name, status))
+    lines = ["# Mutation testing of the safety-critical code", "",
+             "Written by `make mutation` (scripts/mutation.py, mutmut configured in pyproject.toml).",
+             f"Run time: {seconds / 60:.0f} min on this machine." if seconds else "", "",
+             "| area | mutants | killed | survived, equivalent | survived, unexplained |",
+             "|---|---:|---:|---:|---:|"]
+    lines += [f"| {a} | {c['mutants']} | {c['killed']} | {c['equivalent']} | {c['unexplained']} |"
+              for a, c in per.items()]
+    total = sum(per.values(), Counter())
+    lines += [f"| **all** | {total['mutants']} | {total['killed']} | {total['equivalent']} | "
+              f"{total['unexplained']} |", "",
+              "A mutant is killed when a test fails (or times out) with it. The approval consumption",
+              "(issue 17) has not landed: it joins SCOPE when it does.", "",
+              "## Survivors that cannot change behaviour", ""]
+    lines += [f"- `{n}`: {why}" for n, why in explained] or ["(none)"]
+    lines += ["", "## Unexplained survivors", ""]
+    for n, status in unexplained:
+        lines += [f"- `{n}` ({status})", "", "```diff", diff(n), "```", ""]
+    if not unexplained:
+        lines.append("(none)")
+    REPORT.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[5:5 + len(per) + 3]))
+    print(f"report: {REPORT.relative_to(ROOT)}; unexplained survivors: {len(unexplained)}")
+    return 1 if unexplained else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--report", action="store_true", help="only write the report of the last run")
+    ap.add_argument("--children", type=int, default=os.cpu_count() or 1,
+                    help="mutants tested at once where the tests share no database")
+    a = ap.parse_args()
+    seconds = None if a.report else run(a.children, ROOT / "build" / "mutation.log")
+    return report(seconds)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
