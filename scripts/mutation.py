@@ -109,7 +109,7 @@ def mechanical(changed: str) -> str | None:
     new = [line[2:] for line in lines if line.startswith("+ ")]
     if old and len(old) == len(new) and old != new and all(
             a.lower() == b.lower() and "'" not in a and QUOTED.sub("", a) == QUOTED.sub("", b)
-            and SQL.search(" ".join(QUOTED.findall(a))) for a, b in zip(old, new)):
+            and SQL.search(" ".join(QUOTED.findall(a))) for a, b in zip(old, new, strict=True)):
         return "changes the letter case of SQL keywords only (no quoted literal on the line)"
     return None
 
