@@ -16,6 +16,7 @@ import argparse
 import fnmatch
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -67,6 +68,7 @@ def shared_postgres(base: Path) -> tuple[object, str]:
 
 def run(children: int, log: Path) -> float:
     started = time.monotonic()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: still stop the server below
     with tempfile.TemporaryDirectory(prefix="synedre-mutation-") as tmp:
         server, url = shared_postgres(Path(tmp))
         # Its own root for pytest's numbered temporary directories: mutmut starts thousands of
