@@ -54,7 +54,10 @@ def test_the_readme_first_steps_import_the_shipped_directory_example_on_a_fresh_
     assert again.returncode == 0 and again.stdout == out.stdout
     shown = synedre(["directory", "show"], env, where)
     assert shown.returncode == 0, shown.stderr
-    assert "founder: Julien Moreau" in shown.stdout and shown.stdout.count("boulangerie-dupont") == 2
+    lines = shown.stdout.splitlines()
+    assert lines[0].startswith("founder: Julien Moreau <julien@atelier-moreau.example>")
+    assert [line.split()[0] for line in lines if line.startswith(("boulangerie", "garage", "dupont"))] == \
+        ["boulangerie-dupont", "garage-martin", "dupont-site-vitrine"]  # each client and chantier once
     assert "https://preprod.boulangerie-dupont.example" in shown.stdout  # the tenant's pre-production
 
 
