@@ -71,9 +71,11 @@ def run(children: int, log: Path) -> float:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: still stop the server below
     with tempfile.TemporaryDirectory(prefix="synedre-mutation-") as tmp:
         server, url = shared_postgres(Path(tmp))
-        # Its own root for pytest's numbered temporary directories: mutmut starts thousands of
-        # sessions, and pytest prunes all but the last few under the root they share.
-        env = {**os.environ, "SYNEDRE_TEST_SHARED_PG_URL": url, "PYTEST_DEBUG_TEMPROOT": tmp}
+        # Its own directory for pytest's numbered temporary directories (pytest-of-<user>, the
+        # user read from LOGNAME): mutmut starts thousands of sessions, and pytest prunes all but
+        # the last few, which would take other sessions' directories from under them. Not a
+        # longer root: Dovecot's sockets in a test's directory must stay under 108 bytes.
+        env = {**os.environ, "SYNEDRE_TEST_SHARED_PG_URL": url, "LOGNAME": "mut", "USER": "mut"}
         try:
             with log.open("w") as out:
                 for db in (False, True):
