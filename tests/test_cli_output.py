@@ -155,3 +155,8 @@ def test_the_embedded_database_hint_is_said_once_when_the_database_is_created(tm
     finally:
         subprocess.run([sys.executable, "-m", "synedre.cli", "db", "stop"], env=env, cwd=stack.ROOT,
                        capture_output=True, timeout=60)
+
+
+def test_tail_of_a_launch_without_events_says_so(listed):
+    text, _ = synedre("tail", str(listed["ids"][2]), "--no-follow")
+    assert text == "launch #2 (succeeded) has no event\n"

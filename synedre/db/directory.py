@@ -129,8 +129,9 @@ def parse_file(raw: bytes) -> DirectoryFile:
         for e in exc.errors():
             where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
             why = str(e["msg"]).removeprefix("Value error, ")
-            shown = isinstance(e["input"], str | int | float) and e["type"] not in ("missing", "json_invalid")
-            got = f" (got {str(e['input'])[:60]!r})" if shown else ""
+            value = e["input"][:60] if isinstance(e["input"], str) else e["input"]
+            shown = isinstance(value, str | int | float) and e["type"] not in ("missing", "json_invalid")
+            got = f" (got {value!r})" if shown else ""
             lines.append(f"{where or 'the file'}: {why[:1].lower()}{why[1:]}{got}")
         raise DirectoryError("; ".join(lines)) from None
 
