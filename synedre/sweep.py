@@ -9,17 +9,18 @@ again, from the pipeline table's per-stage limits (SPEC §12, §12b).
   write of the dead execution is fenced out by the attempt number. A launch is never
   re-offered: a lost launch is failed (`fail_lost_launches`), resumable, never run twice.
 - The broker lost its data (Redis restarted empty: the epoch key is gone): every message
-  at an entry status is re-enqueued at once, whatever its age (`broker_epoch_lost`).
+  at an entry status is re-enqueued at once, whatever its age (`broker_epoch_lost`). For a
+  launch lock's lifetime after that, a launch without its lock is not taken for lost
+  (`launch_locks_trusted`): it may still run, until its next renewal finds the lock gone.
 """
 from __future__ import annotations
-
-import time
 
 from synedre import db, runner
 from synedre.db import messages
 from synedre.db.launches import LaunchClaim
 from synedre.pipeline import STAGES, LaunchStatus, QaCheckStatus, Stage, Status
 from synedre.runner import CLAIM_LEASE_S
+from synedre.spawn.locks import LOCK_TTL_S
 
 SWEEP_EVERY_S = 15
 BATCH = 200
@@ -28,8 +29,27 @@ EPOCH_KEY = "synedre:broker:epoch"  # set once per Redis lifetime; gone = queued
 
 def broker_epoch_lost(r) -> bool:
     """True once after the broker's data was lost (or on the very first run): the caller
-    then re-offers everything. Atomic, so one sweep among several does it."""
-    return bool(r.set(EPOCH_KEY, str(time.time()), nx=True))
+    then re-offers everything. Atomic, so one sweep among several does it. The epoch is the
+    Redis server's clock, which every sweep reads alike."""
+    secs, micros = r.time()
+    return bool(r.set(EPOCH_KEY, f"{secs}.{micros:06d}", nx=True))
+
+
+def launch_locks_trusted(r) -> bool:
+    """Whether a launch lock missing from Redis means its launch is gone. Not until the
+    epoch is a lock's lifetime old: a launch running when the broker lost its data lost its
+    lock with it, and keeps running until its next renewal (within LOCK_TTL_S) finds that
+    out and stops it; failing it as lost before would alert the founder of a launch still
+    running, and free its place under the cap while its agent works."""
+    raw = r.get(EPOCH_KEY)
+    if raw is None:
+        return False
+    try:
+        since = float(raw)
+    except ValueError:
+        return True  # not a time: nothing says when the data was lost
+    secs, micros = r.time()
+    return secs + micros / 1e6 - since >= LOCK_TTL_S
 
 
 def waiting_everywhere(stages: tuple[Stage, ...] = STAGES) -> list[tuple[int, str]]:

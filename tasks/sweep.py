@@ -5,7 +5,14 @@ from synedre.log import log
 from synedre.pipeline import STAGES
 from synedre.spawn import locks
 from synedre.spawn.locks import MessageLock
-from synedre.sweep import broker_epoch_lost, fail_lost_launches, find_stuck, pending_routes, waiting_everywhere
+from synedre.sweep import (
+    broker_epoch_lost,
+    fail_lost_launches,
+    find_stuck,
+    launch_locks_trusted,
+    pending_routes,
+    waiting_everywhere,
+)
 from tasks._common import RETRY
 from tasks.app import app, enqueue
 
@@ -30,7 +37,8 @@ def sweep() -> int:
         for _ in range(pending_routes(mid) if stage == "qa_route" else 1):
             enqueue(stage, mid)
     incidents.escalate_stuck(overdue)  # re-offered again within the hour: into Atlas's inbox (SPEC §12)
-    lost = fail_lost_launches(lambda mid: MessageLock(r, str(mid)).holder() is not None)
+    lost = fail_lost_launches(lambda mid: MessageLock(r, str(mid)).holder() is not None) \
+        if launch_locks_trusted(r) else []
     for mid in lost:  # the founder hears of a launch lost with its worker
         enqueue("alert", mid)
     return len(stuck) + len(lost)

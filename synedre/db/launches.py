@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 
 from synedre.db.messages import audit
 from synedre.db.types import Conn, FencedOut
-from synedre.pipeline import Status
+from synedre.pipeline import LaunchStatus, Status
 
 LAUNCHABLE = ("run", "question", "negociation", "conseil")
 # the audit events of a launch (the last is named after the status a failed launch writes)
@@ -51,6 +51,24 @@ def selectable(conn: Conn, limit: int = 50) -> list[int]:
         f"""SELECT s.message_id FROM synedre.email_states s
              WHERE s.status = %(at)s AND {LAUNCHABLE_SQL} ORDER BY s.status_at LIMIT %(limit)s""",
         {"at": str(Status.MATERIALIZED), "limit": limit, **LAUNCHABLE_ARGS})]
+
+
+# Held by a launch's claim transaction while it counts the launches running and claims, so
+# that two claims never both see the last free place.
+CLAIMS_LOCK = 0x5359_4E4C  # pg_advisory_xact_lock key, "SYNL"
+
+
+def running(conn: Conn) -> int:
+    """The launches running now by PostgreSQL's account (claimed, not finished), counted
+    under CLAIMS_LOCK, which stays held until the caller's transaction ends: a claim written
+    in it is counted by the next caller. Unlike Redis's slots, this count survives a broker
+    that lost its data while launches ran."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIMS_LOCK,))
+    row = conn.execute(
+        """SELECT count(*) AS n FROM synedre.launches l
+             JOIN synedre.email_states s ON s.message_id = l.message_id AND s.launch_attempt = l.attempt
+            WHERE l.status = %s AND s.status = %s""", (str(LaunchStatus.RUNNING), str(Status.SPAWNING))).fetchone()
+    return int(row["n"]) if row else 0
 
 
 def insert(conn: Conn, message_id: int, attempt: int, **launch: Any) -> LaunchClaim:

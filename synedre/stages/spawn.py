@@ -2,7 +2,9 @@
 
 Guards in order: the kill switches, the message's Redis lock (a duplicate, a redelivery,
 a manual call, a second worker: `spawn_skipped_lock_held`), a fleet-wide slot, then the
-PostgreSQL claim, the source of truth, whose attempt number fences every later write.
+PostgreSQL claim, the source of truth, whose attempt number fences every later write; the
+claim also counts the launches PostgreSQL says are running, so the cap holds after Redis
+lost its slots while launches ran.
 """
 from __future__ import annotations
 
@@ -180,6 +182,9 @@ def _launch(message_id: int, s: Settings, stop: threading.Event) -> runner.Resul
     with db.transaction() as conn:
         bundle = persona.load(conn, DEFAULT_AGENT, query="", embed=vector, chantier_id=state["chantier_id"])
         system = prompt.system_prompt(state["intent"], state["complexity"], persona.render(bundle))
+        # Redis's slots are lost with its data; launches still running then keep their rows
+        if (n := launches.running(conn)) >= s.max_concurrent_launches:
+            raise NoSlot(f"{n} launches running (PostgreSQL's count)")
         claim = runner.claim_launch(conn, message_id, iteration=loaded.iteration, agent_codename=DEFAULT_AGENT,
                                     model=route.model, model_route=route.as_dict(), system_prompt=system.kind,
                                     max_turns=system.max_turns)
