@@ -46,11 +46,34 @@ def test_a_value_hidden_by_its_shape_is_remembered_and_hidden_bare_later():
     assert r.redact_text(f"it was {value} all along") == "it was [REDACTED:secret] all along"
 
 
-def test_a_plain_value_under_a_secret_name_is_hidden_there_but_not_learned():
+@pytest.mark.parametrize("value", ["test-key-value", "passwd12", "key-1-key-1"])
+def test_a_plain_value_under_a_secret_name_is_hidden_there_but_not_learned(value):
+    # Only its name says it is secret and it does not look random: hidden where it stands,
+    # not learned (it would then be hidden all over the stream).
     r = Redactor()
-    assert r.redact_obj({"token": "test-key-value"}) == {"token": "[REDACTED:json_secret]"}
+    assert r.redact_obj({"token": value}) == {"token": "[REDACTED:json_secret]"}
+    assert r.redact_text(f"password = {value}") == "password = [REDACTED:env_secret]"
     assert r.remembered == 0
-    assert r.redact_text("the fixture test-key-value is public") == "the fixture test-key-value is public"
+    assert r.redact_text(f"the fixture {value} is public") == f"the fixture {value} is public"
+
+
+def test_a_bare_aws_secret_key_becomes_its_marker_exactly():
+    assert Redactor().redact_text(f"value {SECRET} end") == "value [REDACTED:aws_secret_key] end"
+
+
+def test_a_marker_is_never_cut_by_a_later_rule():
+    # The user part of `curl -u` holds a configured secret: the marker put there is kept whole.
+    out = Redactor(["Q9zLkW2mVb7Ty"]).redact_text("curl -u dQ9zLkW2mVb7Tyeploy:Curl-Us3r-pw https://x.example")
+    assert "[REDACTED:secret]" in out and "[REDACTED:[REDACTED" not in out and "Q9zLkW2mVb7Ty" not in out
+
+
+def test_values_that_are_not_text_pass_through_and_non_string_keys_keep_their_values():
+    import datetime
+    when = datetime.datetime(2026, 12, 2, 6, 0)
+    r = Redactor(["Q9zLkW2mVb7Ty"])
+    assert r.redact_obj({"at": when, "none": None, "flag": False}) == {"at": when, "none": None, "flag": False}
+    out = r.redact_obj({1: "password=S3cr3t-Value-9", 2: ["Q9zLkW2mVb7Ty"], "after": "Q9zLkW2mVb7Ty"})
+    assert out == {1: "password=[REDACTED:env_secret]", 2: ["[REDACTED:secret]"], "after": "[REDACTED:secret]"}
 
 
 def test_a_line_that_is_not_utf8_is_redacted_not_refused():
