@@ -48,7 +48,10 @@ class _OneErrorPath(TyperGroup):
         except Exception as exc:
             if ctx.params.get("verbose"):
                 err.print_exception()
-            code, line = explain(exc)
+            try:
+                code, line = explain(exc)
+            except Exception:  # the error path itself must not end in a traceback
+                code, line = FAILED, f"{type(exc).__name__} (--verbose shows where)"
             fail(line, code)
 
 
@@ -78,8 +81,20 @@ DEPENDENCY_CHECK_S, DEPENDENCY_DOWN_S = 30.0, 300.0
 
 
 def fail(message: str, code: int = FAILED) -> NoReturn:
-    err.print(f"[bold red]error:[/] {escape(message)}")
+    err.print(f"[bold red]error:[/] {escape(scrub(message))}")
     raise typer.Exit(code)
+
+
+def scrub(line: str) -> str:
+    """The line without any configured secret: a library's message may quote one (libpq a
+    URL's password, a key in a request). Settings that do not load have none to hide (their
+    ConfigError never quotes a secret nor a URL)."""
+    try:
+        from synedre import secrets
+
+        return secrets.redactor().redact_text(line)
+    except Exception:
+        return line
 
 
 def explain(exc: Exception) -> tuple[int, str]:
@@ -91,7 +106,7 @@ def explain(exc: Exception) -> tuple[int, str]:
 
     from synedre.spawn.locks import LaunchGuardUnavailable
 
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    first = scrub((str(exc).strip().splitlines() or [type(exc).__name__])[0])
     if isinstance(exc, ConfigError):
         return USAGE, f"configuration: {exc}"
     if isinstance(exc, Unavailable):
@@ -133,7 +148,7 @@ def _postgres_why(exc: Exception) -> str:
             db.connect().close()
         except psycopg.Error as direct:
             exc = direct
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return scrub((str(exc).strip().splitlines() or [type(exc).__name__])[0])
 
 
 def _redis_where() -> str:

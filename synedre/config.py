@@ -129,16 +129,32 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _a_postgresql_url(cls, v: str | None) -> str | None:
-        if v is not None and not v.startswith(("postgresql://", "postgres://")):
+        if v is None:
+            return v
+        if not v.startswith(("postgresql://", "postgres://")):
             raise ValueError("not a PostgreSQL URL: postgresql://user[:password]@host[:port]/database,"
                              " or unset for the embedded server")
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:  # libpq's parser; its message may quote the URL, password included: never shown
+            conninfo_to_dict(v)
+        except psycopg.Error:
+            raise ValueError("not a PostgreSQL URL libpq can read: postgresql://user[:password]@host[:port]/database"
+                             " (special characters of the password percent-encoded)") from None
         return v
 
     @field_validator("broker_url")
     @classmethod
     def _a_redis_url(cls, v: str) -> str:
+        from urllib.parse import urlsplit
+
         if not v.startswith(("redis://", "rediss://")):
             raise ValueError("not a Redis URL: redis://[:password@]host:port/database (rediss:// with TLS)")
+        try:  # a port that is not a number, an unclosed IPv6 bracket (the message quotes neither)
+            _ = urlsplit(v).port
+        except ValueError as exc:
+            raise ValueError(f"not a Redis URL ({exc}): redis://[:password@]host:port/database") from None
         return v
 
     @field_validator("ocr_languages")

@@ -185,6 +185,36 @@ def test_a_bad_setting_through_the_real_entry_point_is_one_line_without_tracebac
     assert verbose.returncode == USAGE and "Traceback" in verbose.stderr  # asked for
 
 
+def test_a_url_its_library_cannot_parse_is_a_configuration_error_that_never_shows_the_password(base_env):
+    # libpq's and urllib's own messages quote the URL or its part ("invalid percent-encoded
+    # token: \"p%zz…\""): refused when the settings load, in words of our own, exit 2
+    for variable, url in (("SYNEDRE_DATABASE_URL", "postgresql://u:p%zzpw-secret-1@127.0.0.1/db"),
+                          ("SYNEDRE_DATABASE_URL", "postgresql://u:pw-secret-1@[::1/db"),
+                          ("SYNEDRE_BROKER_URL", "redis://:pw-secret-1@127.0.0.1:abc/13"),
+                          ("SYNEDRE_BROKER_URL", "redis://:pw-secret-1@[::1/13")):
+        for argv in (["inspect", "--all"], ["locks"]):
+            out = subprocess.run([sys.executable, "-m", "synedre.cli", *argv], env={**base_env["env"], variable: url},
+                                 capture_output=True, text=True, timeout=60, cwd=stack.ROOT)
+            assert out.returncode == USAGE, (url, argv, out.stderr)
+            assert out.stderr.startswith(f"error: configuration: {variable}: not a "), (url, out.stderr)
+            assert out.stderr.count("\n") == 1 and "pw-secret-1" not in out.stderr, (url, out.stderr)
+
+
+def test_an_error_line_never_shows_a_configured_secret(monkeypatch):
+    from synedre import cli
+    from synedre.config import get_settings
+
+    monkeypatch.setenv("SYNEDRE_DATABASE_URL", "postgresql://u:pw-secret-1@127.0.0.1:1/db")
+    monkeypatch.setenv("SYNEDRE_MISTRAL_API_KEY", "key-secret-2")
+    get_settings.cache_clear()
+    try:
+        line = cli.scrub('auth failed: "pw-secret-1" with key-secret-2 at 127.0.0.1:1')
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+    assert "pw-secret-1" not in line and "key-secret-2" not in line and "at 127.0.0.1:1" in line, line
+
+
 def test_a_bad_broker_url_that_parses_fails_every_redis_command_with_exit_3(base_env):
     env = {**base_env["env"], "SYNEDRE_BROKER_URL": f"redis://:wrong-password@127.0.0.1:{free_port()}/13"}
     for argv in (["spawn", "status"], ["locks"], ["poll", "atlas"]):
