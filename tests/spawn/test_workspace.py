@@ -352,3 +352,85 @@ def test_a_branch_that_never_came_back_is_not_merged_and_has_no_commits(repo):
     commit(ws.path, "fix.py", "x = 1\n", "never collected")
     assert merge_back(ws) == MergeResult(False, "no commits to merge", [])
     assert merge_back(ws).failed is False  # nothing of the agent's reached the trunk to fail
+
+
+# Exact results of merge_back and collect, for the mutants that survived the mutation run
+# (docs/mutation.md): the stage reads `merged`, `failed` and `commits` off the result, and the
+# reason is what the founder's alert and `synedre launches` show.
+def two_commits(repo):
+    ws = open_ws(repo)
+    commit(ws.path, "a.py", "a = 1\n", "first step")
+    commit(ws.path, "b.py", "b = 2\n", "second step")
+    log = git(ws.path, "log", "--reverse", "--format=%H %s", "preprod..HEAD").splitlines()
+    return collected(ws), log
+
+
+def test_a_collected_branch_without_commits_is_nothing_to_merge(repo):
+    assert merge_back(collected(open_ws(repo))) == MergeResult(False, "no commits to merge", [])
+
+
+@pytest.mark.parametrize("where,reason", [("hotfix", "trunk is not on preprod (hotfix)"),
+                                          ("detached", "trunk is not on preprod (detached HEAD)")])
+def test_a_trunk_off_its_branch_refuses_with_the_full_commits_oldest_first(repo, where, reason):
+    ws, log = two_commits(repo)
+    git(repo, "checkout", "-q", *(["-b", "hotfix"] if where == "hotfix" else ["--detach"]))
+    assert merge_back(ws) == MergeResult(False, reason, log)
+    assert [c.split(" ", 1)[1] for c in log] == ["first step", "second step"] and len(log[0].split()[0]) == 40
+
+
+def test_a_dirty_trunk_refuses_with_the_commits(repo):
+    ws, log = two_commits(repo)
+    (repo / "README").write_text("founder editing\n")
+    result = merge_back(ws)
+    assert result == MergeResult(False, "trunk has uncommitted changes", log) and result.failed
+
+
+def test_a_conflict_is_a_failed_merge_with_the_commits(repo):
+    ws, log = two_commits(repo)
+    commit(ws.path, "README", "agent\n", "agent edit")
+    commit(repo, "README", "founder\n", "founder edit")
+    log = git(ws.path, "log", "--reverse", "--format=%H %s", "preprod..HEAD").splitlines()
+    result = merge_back(collected(ws))
+    assert (result.merged, result.commits) == (False, log) and result.reason.startswith("merge failed: ")
+    assert result.failed
+
+
+def test_a_merge_that_fails_before_it_starts_is_reported_not_raised(repo):
+    ws, log = two_commits(repo)
+    (repo / ".git" / "index.lock").write_text("")  # another git process holds the trunk's index
+    result = merge_back(ws)
+    (repo / ".git" / "index.lock").unlink()
+    assert (result.merged, result.commits) == (False, log) and "index.lock" in result.reason
+    assert git(repo, "log", "-1", "--format=%s", "preprod") == "initial"
+
+
+def test_a_fast_forward_stays_one_whatever_the_trunk_s_merge_config(repo):
+    ws, log = two_commits(repo)
+    git(repo, "config", "merge.ff", "false")
+    assert merge_back(ws) == MergeResult(True, "fast-forward", log)
+    assert git(repo, "rev-parse", "preprod") == log[-1].split()[0]  # no merge commit on top
+
+
+def test_a_merge_commit_never_waits_for_an_editor(repo, monkeypatch):
+    ws, log = two_commits(repo)
+    commit(repo, "other.py", "y = 2\n", "meanwhile on preprod")
+    monkeypatch.setenv("GIT_MERGE_AUTOEDIT", "yes")
+    monkeypatch.setenv("GIT_EDITOR", "false")  # an editor that refuses: the merge would fail
+    assert merge_back(ws) == MergeResult(True, "merge commit", log)
+
+
+def test_collect_fetches_even_where_the_file_protocol_is_refused(repo, tmp_path, monkeypatch):
+    ws = open_ws(repo)
+    commit(ws.path, "fix.py", "x = 1\n", "fix")
+    hardened = tmp_path / "gitconfig"
+    hardened.write_text("[protocol \"file\"]\n\tallow = never\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(hardened))
+    assert collect(ws) is None
+    assert git(repo, "log", "-1", "--format=%s", "synedre/msg-1") == "fix"
+
+
+def test_collect_says_why_it_could_not(repo):
+    ws = open_ws(repo)
+    shutil.rmtree(ws.path)
+    why = collect(ws)
+    assert why is not None and why.startswith("git -c protocol.file.allow=always fetch") and "exit" in why
