@@ -9,11 +9,13 @@ exits 1 when a survivor is unexplained (or a mutant had no test), 0 otherwise.
 
     .venv/bin/python scripts/mutation.py            # run, then report
     .venv/bin/python scripts/mutation.py --report   # report on the last run only
+    .venv/bin/python scripts/mutation.py --retest-survivors  # after adding tests
 """
 from __future__ import annotations
 
 import argparse
 import fnmatch
+import json
 import os
 import re
 import signal
@@ -87,6 +89,21 @@ def run(children: int, log: Path) -> float:
         finally:
             server.cleanup()  # type: ignore[attr-defined]
     return time.monotonic() - started
+
+
+def forget_survivors() -> int:
+    """Mark the surviving mutants of SCOPE untested, so that the next run tests them again
+    against the tests as they are now (mutmut re-tests a mutant only when its function
+    changed). Killed mutants stay killed: tests are only ever added."""
+    count = 0
+    for meta in (ROOT / "mutants").rglob("*.py.meta"):
+        data = json.loads(meta.read_text())
+        codes = data["exit_code_by_key"]
+        for name, code in codes.items():
+            if code in (0, 33) and area_of(name) is not None:  # survived (0), or no test (33)
+                codes[name], count = None, count + 1
+        meta.write_text(json.dumps(data, indent=4))
+    return count
 
 
 def results() -> dict[str, str]:
@@ -175,7 +192,11 @@ def main() -> int:
     ap.add_argument("--report", action="store_true", help="only write the report of the last run")
     ap.add_argument("--children", type=int, default=os.cpu_count() or 1,
                     help="mutants tested at once where the tests share no database")
+    ap.add_argument("--retest-survivors", action="store_true",
+                    help="test the last run's survivors again (after adding tests), then report")
     a = ap.parse_args()
+    if a.retest_survivors:
+        print(f"re-testing {forget_survivors()} survivors")
     seconds = None if a.report else run(a.children, ROOT / "build" / "mutation.log")
     return report(seconds)
 
