@@ -331,7 +331,7 @@ def directory_import(file: Annotated[Path, typer.Argument(help="A directory file
 
 
 @directory_app.command("show")
-def directory_show() -> None:
+def directory_show(wide: bool = typer.Option(False, "--wide", help="Long text whole (folded)")) -> None:
     """The directory as the stages read it: the founder, each client with its people and tenant,
     the chantiers."""
     from synedre import db
@@ -353,9 +353,9 @@ def directory_show() -> None:
     console.print(f"founder: {escape(founder['name'])} <{', '.join(founder['emails'])}>;"
                   f" Atlas mailbox {founder['atlas_address']}", soft_wrap=True)
     _listing([{k: str(v or "") for k, v in r.items()} for r in clients], whole=("codename", "status"),
-             wide=False, empty="no client")
+             wide=wide, empty="no client")
     _listing([{k: str(v or "") for k, v in r.items()} for r in chantiers], whole=("codename", "status", "client"),
-             wide=False, empty="no chantier")
+             wide=wide, empty="no chantier")
 
 
 @app.command()
@@ -914,6 +914,7 @@ def agents_roster(family: str | None = typer.Option(None, "--family", help="Only
                   domain: str | None = typer.Option(None, "--domain",
                                                     help="Only agents configured for this prompt domain"),
                   as_json: bool = typer.Option(False, "--json", help="Machine-readable output"),
+                  wide: bool = typer.Option(False, "--wide", help="Long text whole (folded)"),
                   check: bool = typer.Option(False, "--check",
                                              help="Report stored orbits that disagree with the family's ring;"
                                                   " exit 1 if any")) -> None:
@@ -939,7 +940,7 @@ def agents_roster(family: str | None = typer.Option(None, "--family", help="Only
                    "orbite": Text(str(a.orbite)) if a.orbit_agrees else Text(f"{a.orbite} (ring {a.ring})", "bold red"),
                    "ring": str(a.ring), "active": "yes" if a.active else "no", "role": a.role,
                    "domains": ", ".join(a.prompt_domains)} for a in rows],
-                 whole=("codename", "family", "orbite", "ring", "active"), wide=False, empty="no agent")
+                 whole=("codename", "family", "orbite", "ring", "active"), wide=wide, empty="no agent")
         if domain:
             console.print(f"domain {domain} -> {routed.codename} ({escape(routed.nickname)})" if routed
                           else f"domain {domain} -> no active agent")

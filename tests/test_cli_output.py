@@ -160,3 +160,17 @@ def test_the_embedded_database_hint_is_said_once_when_the_database_is_created(tm
 def test_tail_of_a_launch_without_events_says_so(listed):
     text, _ = synedre("tail", str(listed["ids"][2]), "--no-follow")
     assert text == "launch #2 (succeeded) has no event\n"
+
+
+def test_agents_and_directory_show_have_wide_too(db):
+    """The README's listings all take --wide: at 80 columns the roster's role and a client's
+    pre-production URL are cut without it, whole with it, and no line is longer than 80."""
+    assert subprocess.run([sys.executable, "-m", "synedre.cli", "directory", "import", "directory.example.json"],
+                          cwd=stack.ROOT, env=dict(os.environ), capture_output=True, timeout=60).returncode == 0
+    for argv, whole in ((["agents"], "Orchestrateur général"),
+                        (["directory", "show"], "https://preprod.boulangerie-dupont.example")):
+        cut, _ = synedre(*argv, columns=80)
+        wide, _ = synedre(*argv, "--wide", columns=80)
+        assert whole not in cut and "…" in cut, cut
+        table = [line.rstrip() for line in wide.splitlines() if not line.startswith("founder:")]  # a sentence
+        assert whole in wide and max(map(len, table)) <= 80, wide
