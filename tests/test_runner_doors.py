@@ -150,15 +150,16 @@ def test_the_lease_is_renewed_only_for_the_owning_attempt(conn, mid):
 def test_run_claims_loads_works_writes_then_runs_the_after_step(db, conn, mid):
     seen, after = {}, []
 
-    def load(tx, c):
-        seen["load_attempt"] = c.attempt
-        return "loaded"
+    def load(tx, c):  # in the claim's transaction: it sees the claim
+        return (state(tx, mid)["status"], c.attempt)
 
     def work(c, loaded):
-        seen["work"] = (loaded, state(conn, mid)["status"])
+        seen["work"] = (loaded, c.attempt, state(conn, mid)["status"])
         return runner.Done(Status.SCANNED, then=lambda: after.append(state(conn, mid)["status"]))
     out = runner.run(SCAN, mid, load, work)
-    assert out.status == Status.SCANNED and seen["work"] == ("loaded", "scanning") and after == ["scanned"]
+    attempt = state(conn, mid)["stage_attempt"]
+    assert out.status == Status.SCANNED and after == ["scanned"]
+    assert seen["work"] == (("scanning", attempt), attempt, "scanning")
     again = runner.run(SCAN, mid, load, work)
     assert again == runner.Skip("already past scan (status scanned)", moved_on=True)
 
@@ -179,9 +180,11 @@ def test_run_writes_nothing_for_a_skip_and_releases_on_an_error(db, conn, mid):
 
 def test_run_in_claim_works_and_writes_in_the_claim_s_transaction(db, conn, mid):
     set_status(conn, mid, Status.SCANNED)
-    out = runner.run_in_claim(OCR, mid,
-                              lambda tx, c: runner.Done(Status.READ, detail={"seen": state(tx, mid)["status"]}))
-    assert out.status == Status.READ and out.detail == {"seen": "reading"} and state(conn, mid)["status"] == "read"
+    out = runner.run_in_claim(OCR, mid, lambda tx, c: runner.Done(
+        Status.READ, detail={"seen": state(tx, mid)["status"], "attempt": c.attempt, "stage": c.stage.name}))
+    row = state(conn, mid)
+    assert out.status == Status.READ and row["status"] == "read"
+    assert out.detail == {"seen": "reading", "attempt": row["stage_attempt"], "stage": "ocr"}
     assert runner.run_in_claim(OCR, mid, lambda tx, c: runner.Done(Status.READ)) == \
         runner.Skip("already past ocr (status read)", moved_on=True)
 

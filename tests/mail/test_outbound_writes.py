@@ -71,3 +71,17 @@ def test_a_send_lost_during_data_becomes_unknown_with_its_reason_once(conn):
     with conn.transaction():  # no longer sending: a second verdict writes nothing
         assert outbound._mark_unknown(conn, sending, "again") is None
     assert len(audit(conn, "mail_send_unknown")) == 1
+
+
+def test_a_send_marked_sent_audits_what_left_and_how_the_server_answered(conn):
+    row = claimed(conn)
+    conn.execute("UPDATE synedre.outbound_mail SET status = 'sending', draft_uid = 7 WHERE id = %s", (row["id"],))
+    sending = conn.execute("SELECT * FROM synedre.outbound_mail WHERE id = %s", (row["id"],)).fetchone()
+    reply = "250 2.0.0 Ok: queued as " + "Q" * 300
+    with conn.transaction():
+        outbound._mark_sent(conn, sending, reply)
+    stored = conn.execute("SELECT * FROM synedre.outbound_mail WHERE id = %s", (row["id"],)).fetchone()
+    assert stored["status"] == "sent" and stored["sent_at"] is not None and stored["claimed_at"] is None
+    assert audit(conn, "mail_sent") == [{
+        "kind": "recap", "rfc_message_id": "<recap-1@atlas.test>", "draft_uid": 7,
+        "attempt": sending["attempts"], "smtp_reply": reply[:200]}]
