@@ -30,3 +30,25 @@ def test_the_readme_points_at_files_that_exist():
     root = Path(__file__).resolve().parents[1]
     for path in re.findall(r"`((?:synedre|tasks|bench|scripts|migrations|prompts|compose|docs)/[\w./-]+)`", README):
         assert (root / path).exists(), path
+
+
+def test_the_settings_table_gives_each_default_the_code_has():
+    """Each literal default of the Configuration table (`60`, `console`, 1200 / 6600 …) is the
+    field's default in synedre/config.py; descriptions (`<state dir>/…`, none, 25 MiB) are skipped."""
+    fields = {str(f.validation_alias or f"SYNEDRE_{n.upper()}"): f.default for n, f in Settings.model_fields.items()}
+    table = README[README.index("## Configuration"):README.index("## Operator commands")]
+    checked = []
+    for line in table.splitlines():
+        if not line.startswith("| `"):
+            continue
+        names_cell, defaults_cell = [c.strip() for c in line.strip("|").split("|")][:2]
+        names, defaults = re.findall(r"`([A-Z_]+)`", names_cell), [d.strip() for d in defaults_cell.split(" / ")]
+        for name, said in zip(names, defaults, strict=False) if len(names) == len(defaults) else ():
+            literal = re.fullmatch(r"`([^`<]*)`|(\d+(?:\.\d+)?)", said)
+            if literal is None:
+                continue
+            text, code = literal.group(1) or literal.group(2), fields[name]
+            same = str(code).lower() == text.lower() if isinstance(code, bool | str) else float(text) == code
+            assert same, (name, said, code)
+            checked.append(name)
+    assert len(checked) >= 35, checked  # the table was read, not skipped
