@@ -4,7 +4,8 @@ mutmut (configured in pyproject.toml's [tool.mutmut]) mutates the files that hol
 guarantees; this script runs it on the functions that hold them (SCOPE), with one embedded
 PostgreSQL shared by mutmut's many short pytest sessions, and writes docs/mutation.md:
 mutants per area, killed, survived — each survivor either listed in
-docs/mutation-equivalent.toml with why it cannot change behaviour, or unexplained. It
+docs/mutation-equivalent.toml with why it cannot change behaviour (or, in its `race` table,
+why no deterministic test reaches it), or unexplained. It
 exits 1 when a survivor is unexplained (or a mutant had no test), 0 otherwise.
 
     .venv/bin/python scripts/mutation.py            # run, then report
@@ -143,8 +144,9 @@ LOG_CALL = re.compile(r"\s*log\.(?:debug|info|warning|error|exception)\(.*\)\s*(
 
 
 def report(seconds: float | None) -> int:
-    equivalent: dict[str, str] = tomllib.loads(EQUIVALENT.read_text())["equivalent"] \
-        if EQUIVALENT.exists() else {}
+    listed = tomllib.loads(EQUIVALENT.read_text()) if EQUIVALENT.exists() else {}
+    equivalent: dict[str, str] = {**listed.get("equivalent", {}),
+                                  **{n: f"reached only in a race: {why}" for n, why in listed.get("race", {}).items()}}
     per: dict[str, Counter[str]] = {a: Counter() for a in SCOPE}
     explained, unexplained = [], []
     for name, status in sorted(results().items()):
@@ -174,7 +176,9 @@ def report(seconds: float | None) -> int:
               f"{total['unexplained']} |", "",
               "A mutant is killed when a test fails (or times out) with it. The approval consumption",
               "(issue 17) has not landed: it joins SCOPE when it does.", "",
-              "## Survivors that cannot change behaviour", ""]
+              "## Survivors explained", "",
+              "Each cannot change behaviour, or (\"reached only in a race\") is held by a concurrency",
+              "test that provokes the race in some runs only.", ""]
     lines += [f"- `{n}`: {why}" for n, why in explained] or ["(none)"]
     lines += ["", "## Unexplained survivors", ""]
     for n, status in unexplained:

@@ -85,3 +85,28 @@ def test_a_send_marked_sent_audits_what_left_and_how_the_server_answered(conn):
     assert audit(conn, "mail_sent") == [{
         "kind": "recap", "rfc_message_id": "<recap-1@atlas.test>", "draft_uid": 7,
         "attempt": sending["attempts"], "smtp_reply": reply[:200]}]
+
+
+def sending_since(conn, row, seconds):
+    conn.execute("UPDATE synedre.outbound_mail SET status = 'sending', draft_uid = 7,"
+                 " claimed_at = now() - make_interval(secs => %s) WHERE id = %s", (seconds, row["id"]))
+
+
+def test_a_send_within_its_lease_is_left_sending_even_past_a_draft_s_lease(conn):
+    row = claimed(conn)
+    sending_since(conn, row, outbound.DRAFT_LEASE_S + 60)  # < SEND_LEASE_S: it may still be sending
+    assert outbound.DRAFT_LEASE_S + 60 < outbound.SEND_LEASE_S
+    with conn.transaction():
+        again, owned = outbound._claim(conn, 1, "recap", "atlas", "<recap-1@atlas.test>")
+    assert (again["status"], owned) == ("sending", False) and audit(conn, "mail_send_unknown") == []
+
+
+def test_a_send_past_its_lease_becomes_unknown_once_and_is_not_owned(conn):
+    row = claimed(conn)
+    sending_since(conn, row, outbound.SEND_LEASE_S + 60)
+    with conn.transaction():
+        stuck, owned = outbound._claim(conn, 1, "recap", "atlas", "<recap-1@atlas.test>")
+    assert (stuck["status"], owned) == ("send_unknown", False)
+    assert audit(conn, "mail_send_unknown") == [{
+        "kind": "recap", "rfc_message_id": "<recap-1@atlas.test>", "attempt": row["attempts"],
+        "reason": "stale_sending_claim"}]
