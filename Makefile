@@ -42,13 +42,24 @@ lint: venv
 	$(VENV)/bin/lint-imports --no-cache && exit $$((ruff || mypy))
 
 # Not on every CI run: it takes the better part of an hour (docs/mutation.md gives the last run's time).
-mutation: system venv
-	$(VENV)/bin/python scripts/mutation.py
+# Its own virtualenv (MUTVENV): the main one stays without mutmut's setproctitle.
+MUTVENV := build/mutvenv
+$(MUTVENV)/.installed: requirements-mutation.lock pyproject.toml
+	$(PY) -m venv $(MUTVENV)
+	$(MUTVENV)/bin/pip install -q --upgrade pip
+	$(MUTVENV)/bin/pip install -q -r requirements-mutation.lock
+	$(MUTVENV)/bin/pip install -q --no-deps -e .
+	touch $@
+
+mutation: system $(MUTVENV)/.installed
+	$(MUTVENV)/bin/python scripts/mutation.py
 
 lock:
 	test -x $(LOCKVENV)/bin/uv || ($(PY) -m venv $(LOCKVENV) && $(LOCKVENV)/bin/pip install -q uv)
 	$(LOCKVENV)/bin/uv pip compile -q pyproject.toml --extra test --extra dev $(LOCK_TARGET) \
 		--custom-compile-command 'make lock' -o requirements.lock
+	$(LOCKVENV)/bin/uv pip compile -q pyproject.toml --extra test --extra dev --extra mutation $(LOCK_TARGET) \
+		--custom-compile-command 'make lock' -o requirements-mutation.lock
 
 bench: system venv
 	cd bench && ../$(VENV)/bin/python ingest_latency.py && ../$(VENV)/bin/python ingest_backlog.py
