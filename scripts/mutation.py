@@ -8,9 +8,9 @@ docs/mutation-equivalent.toml with why it cannot change behaviour (or, in its `r
 why no deterministic test reaches it), or unexplained. It
 exits 1 when a survivor is unexplained (or a mutant had no test), 0 otherwise.
 
-    .venv/bin/python scripts/mutation.py            # run, then report
-    .venv/bin/python scripts/mutation.py --report   # report on the last run only
-    .venv/bin/python scripts/mutation.py --retest-survivors  # after adding tests
+    make mutation                                          # its venv, a run, the report
+    build/mutvenv/bin/python scripts/mutation.py --report  # report on the last run only
+    build/mutvenv/bin/python scripts/mutation.py --retest-survivors  # after adding tests
 """
 from __future__ import annotations
 
