@@ -65,4 +65,4 @@ bench: system venv
 	cd bench && ../$(VENV)/bin/python ingest_latency.py && ../$(VENV)/bin/python ingest_backlog.py
 
 clean:
-	rm -rf $(VENV) $(LOCKVENV) mutants .pytest_cache .hypothesis .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LOCKVENV) $(MUTVENV) mutants .pytest_cache .hypothesis .mypy_cache .ruff_cache
