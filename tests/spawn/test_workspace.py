@@ -434,3 +434,13 @@ def test_collect_says_why_it_could_not(repo):
     shutil.rmtree(ws.path)
     why = collect(ws)
     assert why is not None and why.startswith("git -c protocol.file.allow=always fetch") and "exit" in why
+
+
+def test_collect_brings_the_branch_and_no_tag_the_agent_made(repo):
+    ws = open_ws(repo)
+    commit(ws.path, "fix.py", "x = 1\n", "fix")
+    git(ws.path, "tag", "v9.9.9")  # on the fetched commit: git would follow it without --no-tags
+    git(ws.path, "tag", "-a", "-m", "agent", "release", "HEAD")
+    assert collect(ws) is None
+    assert git(repo, "tag", "--list") == ""
+    assert git(repo, "log", "-1", "--format=%s", "synedre/msg-1") == "fix"
