@@ -167,7 +167,7 @@ def report(seconds: float | None) -> int:
     lines = ["# Mutation testing of the safety-critical code", "",
              "Written by `make mutation` (scripts/mutation.py, mutmut configured in pyproject.toml).",
              f"A full run took {seconds / 60:.0f} min here (2 cores)." if seconds else "", "",
-             "| area | mutants | killed | survived, equivalent | survived, unexplained |",
+             "| area | mutants | killed | survived, explained | survived, unexplained |",
              "|---|---:|---:|---:|---:|"]
     lines += [f"| {a} | {c['mutants']} | {c['killed']} | {c['equivalent']} | {c['unexplained']} |"
               for a, c in per.items()]
