@@ -245,4 +245,6 @@ def test_a_spawn_worker_configured_with_a_tool_outside_the_defaults_refuses_to_s
                            "-n", f"lane-{secrets.token_hex(4)}@%h"], env=env, cwd=stack.ROOT,
                           capture_output=True, text=True, timeout=50)
     assert proc.returncode != 0
-    assert "SYNEDRE_AGENT_TOOLS may only remove tools" in proc.stderr and "WebFetch" in proc.stderr
+    # the settings' one error format (issue 19): the variable, its value, what is accepted
+    assert "SYNEDRE_AGENT_TOOLS='Bash,Read,WebFetch': may only remove tools" in proc.stderr
+    assert "not in it: WebFetch" in proc.stderr
