@@ -37,7 +37,8 @@ POLL_S = 0.2
 TERM_GRACE_S = 3.0  # SIGTERM, then SIGKILL whatever of the run is left after this
 KILL_WAIT_S = 2.0
 EXIT_WAIT_S = 2.0  # after EOF, for the leader to finish exiting on its own
-WRITER_JOIN_S = 30.0  # a callback stuck longer than this is logged and abandoned
+WRITER_SLOW_S = 30.0  # a writer still busy after the run is logged this often, never abandoned
+WRITE_ATTEMPTS, WRITE_BACKOFF_S = 3, 1.0  # a batch whose write failed is tried again, then the launch ends
 QUEUE_BATCHES = 4
 # Set in the child's environment; every process of the run inherits it (see `_kill_all`).
 RUN_TOKEN_VAR = "SYNEDRE_RUN_TOKEN"
@@ -162,7 +163,10 @@ class _EventWriter:
     queued into one call: a slow database gets fewer, bigger writes, not a stalled agent.
     The only cost is memory, bounded by the stream itself. Batches keep stream order
     (one writer thread), so a pair's position across all calls is its sequence number.
-    A callback that raises stops further calls; `run` sees `error` and ends the launch.
+    No event is dropped: `close` waits for the writer however slow the database is
+    (saying so every WRITER_SLOW_S), and a failed write is tried again. A callback that
+    still fails stops further calls; `run` sees `error` and ends the launch, and what was
+    not stored is counted in the log (the launch's NDJSON file holds every event).
     """
 
     def __init__(self, on_events: Callable[[Batch], None]):
@@ -170,6 +174,7 @@ class _EventWriter:
         self._queue: queue.Queue[Batch | None] = queue.Queue(QUEUE_BATCHES)
         self._pending: Batch = []
         self.error: BaseException | None = None
+        self.unsaved = 0
         self._thread = threading.Thread(target=self._loop, name="spawn-events", daemon=True)
         self._thread.start()
 
@@ -183,17 +188,19 @@ class _EventWriter:
                 pass
 
     def close(self) -> None:
-        # The process is gone: waiting for room in the queue no longer stalls anything.
-        deadline = time.monotonic() + WRITER_JOIN_S
-        for item in ([self._pending] if self._pending else []) + [None]:
-            try:
-                self._queue.put(item, timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Full:
-                break
+        # The process is gone: waiting for the writer no longer stalls anything.
+        if self._pending:
+            self._queue.put(self._pending)
         self._pending = []
-        self._thread.join(max(0.0, deadline - time.monotonic()))
-        if self._thread.is_alive():
-            log.error("spawn_events_writer_stuck", waited_s=WRITER_JOIN_S)
+        self._queue.put(None)
+        waited = 0.0
+        while self._thread.is_alive():
+            self._thread.join(WRITER_SLOW_S)
+            if self._thread.is_alive():
+                waited += WRITER_SLOW_S
+                log.warning("spawn_events_writer_slow", waited_s=waited)
+        if self.unsaved:
+            log.error("spawn_events_unsaved", events=self.unsaved, error=type(self.error).__name__)
 
     def _loop(self) -> None:
         done = False
@@ -210,11 +217,22 @@ class _EventWriter:
                     done = True
                     break
                 batch = batch + more
-            if self.error is None:
-                try:
-                    self._on_events(batch)
-                except Exception as exc:  # noqa: BLE001 - handed to `run`, which ends the launch
+            self._write(batch)
+
+    def _write(self, batch: Batch) -> None:
+        for attempt in range(1, WRITE_ATTEMPTS + 1):
+            if self.error is not None:
+                break
+            try:
+                self._on_events(batch)
+                return
+            except Exception as exc:  # noqa: BLE001 - handed to `run`, which ends the launch
+                if attempt == WRITE_ATTEMPTS:
                     self.error = exc
+                else:
+                    log.warning("spawn_events_write_retry", attempt=attempt, error=type(exc).__name__)
+                    time.sleep(WRITE_BACKOFF_S * attempt)
+        self.unsaved += len(batch)
 
 
 def _marked(token: str) -> list[int]:

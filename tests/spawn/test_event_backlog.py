@@ -1,0 +1,114 @@
+"""No event is dropped when the database is slower than the stream (issue 16, item 5).
+
+A real child process streams a launch's events through `launcher.run`; the launch's
+event table is locked by another session for longer than the writer's slow-log period,
+so every insert waits. The run must end with every event stored, in order, once.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+
+import psycopg
+import pytest
+
+from synedre import db as database, runner
+from synedre.db import launches
+from synedre.redact import Redactor
+from synedre.spawn import launcher
+from tests.spawn.test_split_secrets import init, result
+
+EVENTS = 400
+HOLD_S = 4.0
+
+
+def _script(tmp_path) -> list[str]:
+    lines = [init()] + [{"type": "user", "message": {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_01Backlog", "content": f"line {n}"}]},
+        "session_id": "s", "uuid": f"u{n}"} for n in range(EVENTS)] + [result()]
+    feed = tmp_path / "stream.ndjson"
+    feed.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    return [sys.executable, "-c", f"import sys; sys.stdout.write(open({str(feed)!r}).read()); sys.stdout.flush()"]
+
+
+@pytest.mark.timeout(120)
+def test_a_database_held_back_past_the_writer_timeout_loses_no_event(db, tmp_path, monkeypatch, capsys):
+    from tests.spawn.test_launch_claim import classified_message, connect
+
+    monkeypatch.setattr(launcher, "WRITER_SLOW_S", 0.5)  # the old code gave up after this long
+    mid = classified_message(db, tmp_path)
+    with connect(db) as conn, conn.transaction():
+        claim = runner.claim_launch(conn, mid, model="sonnet")
+    assert claim is not None
+    seq = [0]
+
+    def persist(batch):  # synedre/stages/spawn.py's callback
+        with database.transaction() as conn:
+            seq[0] = launches.add_events(conn, claim, seq[0], [
+                (e.event_type, e.subtype, e.tool_name, payload) for e, payload in batch])
+
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # another session holds the table: every insert waits behind it
+        with psycopg.connect(db) as c, c.transaction():
+            c.execute("LOCK TABLE synedre.launch_events IN ACCESS EXCLUSIVE MODE")
+            locked.set()
+            release.wait(HOLD_S)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert locked.wait(10)
+    started = time.monotonic()
+    try:
+        outcome = launcher.run(_script(tmp_path), cwd=tmp_path, env={"PATH": "/usr/bin:/bin"},
+                               limits=launcher.Limits(idle_timeout_s=30, hard_timeout_s=60, budget_s=60),
+                               redactor=Redactor([]), on_events=persist, ndjson_path=tmp_path / "events.ndjson")
+    finally:
+        release.set()
+        holder.join(10)
+    waited = time.monotonic() - started
+    assert outcome.error is None and outcome.stop_reason == "result" and outcome.events == EVENTS + 2
+    assert waited >= HOLD_S - 0.5  # the run really waited for the database, past WRITER_SLOW_S
+    assert "spawn_events_writer_slow" in capsys.readouterr().out
+    with psycopg.connect(db) as c:
+        rows = c.execute("SELECT seq, payload FROM synedre.launch_events WHERE launch_id = %s ORDER BY seq",
+                         (claim.launch_id,)).fetchall()
+    assert [s for s, _ in rows] == list(range(EVENTS + 2)) and seq[0] == EVENTS + 2
+    assert [p.get("uuid") for _, p in rows[1:-1]] == [f"u{n}" for n in range(EVENTS)]
+    assert rows[0][1]["type"] == "system" and rows[-1][1]["type"] == "result"
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_write_is_tried_again_and_the_events_all_arrive(monkeypatch):
+    monkeypatch.setattr(launcher, "WRITE_BACKOFF_S", 0.01)
+    stored: list[int] = []
+    failures = [2]
+
+    def flaky(batch):
+        if failures[0]:
+            failures[0] -= 1
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        stored.extend(n for n, _ in batch)
+
+    writer = launcher._EventWriter(flaky)
+    for n in range(50):
+        writer.add([(n, {})])  # type: ignore[list-item]
+    writer.close()
+    assert writer.error is None and writer.unsaved == 0 and stored == list(range(50))
+
+
+@pytest.mark.timeout(60)
+def test_a_write_that_keeps_failing_ends_the_launch_and_counts_what_was_not_stored(monkeypatch, capsys):
+    monkeypatch.setattr(launcher, "WRITE_BACKOFF_S", 0.01)
+
+    def down(batch):
+        raise psycopg.OperationalError("connection refused")
+
+    writer = launcher._EventWriter(down)
+    for n in range(20):
+        writer.add([(n, {})])  # type: ignore[list-item]
+    writer.close()
+    assert isinstance(writer.error, psycopg.OperationalError) and writer.unsaved == 20
+    assert "spawn_events_unsaved" in capsys.readouterr().out
