@@ -85,6 +85,15 @@ def test_check_finds_a_planted_orbit_family_disagreement_and_exits_non_zero(plan
     assert PLANTED in result.stderr
 
 
+def test_check_exits_zero_on_the_seeded_roster_whose_orbits_follow_their_family(db):
+    result = run("--check", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == []
+    agents = json.loads(run("--json").stdout)
+    assert len(agents) >= 15 and all(a["orbit_agrees"] for a in agents)
+    assert all(a["orbite"] == display_ring(a["family"]) for a in agents if a["codename"] != "atlas")
+
+
 def test_check_exits_zero_when_every_orbit_agrees(db):
     result = run("--check", "--family", "direction")
     assert result.exit_code == 0, result.output

@@ -187,7 +187,7 @@ def _launch(message_id: int, s: Settings, stop: threading.Event) -> runner.Resul
             raise NoSlot(f"{n} launches running (PostgreSQL's count)")
         claim = runner.claim_launch(conn, message_id, iteration=loaded.iteration, agent_codename=DEFAULT_AGENT,
                                     model=route.model, model_route=route.as_dict(), system_prompt=system.kind,
-                                    max_turns=system.max_turns)
+                                    prompt_version=prompt.VERSION, max_turns=system.max_turns)
         if claim is None:
             return runner.why_not(conn, STAGE, message_id)
         if bundle.lessons_error:

@@ -16,6 +16,7 @@ import pytest
 
 from synedre.agent_tools import DEFAULT_TOOLS
 from synedre.config import Settings
+from synedre.spawn import prompt
 from synedre.stages.poll import ingest_one
 from tests.conftest import CORPUS
 from tests.services import stack
@@ -110,11 +111,12 @@ def test_run_leger_and_run_plan_launch_once_commit_merge_and_record_everything(s
         worker.stop()
         api.stop()
     rows = {r[0]: r for r in q(url, "SELECT message_id, status, system_prompt, max_turns, session_id, num_turns,"
-                                     " cost_usd, contract, stop_reason, id FROM synedre.launches")}
+                                     " cost_usd, contract, stop_reason, id, prompt_version FROM synedre.launches")}
     assert rows[leger][1:4] == ("succeeded", "lean", 40), rows[leger]
     assert rows[plan][1:4] == ("succeeded", "plan", None), rows[plan]
     for mid in (leger, plan):
-        _, _, _, _, session, turns, cost, contract, stop, launch_id = rows[mid]
+        _, _, _, _, session, turns, cost, contract, stop, launch_id, version = rows[mid]
+        assert version == prompt.VERSION  # the templates this launch was given (prompts/launch.*.<version>.txt)
         assert session and turns >= 4 and cost is not None and contract["ok"] is True and stop == "success"
         seqs = [s for s, in q(url, "SELECT seq FROM synedre.launch_events WHERE launch_id = %s ORDER BY seq",
                               launch_id)]
