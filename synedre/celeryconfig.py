@@ -43,7 +43,7 @@ worker_send_task_events = True
 task_send_sent_event = True
 
 imports = ["tasks.poll", "tasks.scan", "tasks.ocr", "tasks.classify", "tasks.materialize", "tasks.sweep", "tasks.spawn",
-           "tasks.deploy", "tasks.qa", "tasks.recap", "tasks.report", "beat_schedule"]
+           "tasks.deploy", "tasks.qa", "tasks.recap", "tasks.report", "tasks.approval", "beat_schedule"]
 
 beat_scheduler = "redbeat.RedBeatScheduler"
 redbeat_redis_url = broker_url

@@ -6,6 +6,7 @@ error; 3 a dependency is down or not ready (PostgreSQL, Redis, clamd, IMAP, a da
 not created or not migrated). Errors are one line; --verbose adds the traceback."""
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import sys
@@ -25,7 +26,7 @@ from typer.core import TyperGroup
 
 from synedre import log as logging_setup
 from synedre.config import ConfigError, Settings, get_settings
-from synedre.pipeline import STAGES, LaunchStatus, Status
+from synedre.pipeline import STAGES, ApprovalStatus, LaunchStatus, Status
 
 OK, FAILED, USAGE, DEPENDENCY = 0, 1, 2, 3
 RETRY_STAGES = tuple(s.name for s in STAGES if s.entry)
@@ -408,6 +409,14 @@ def _describe(r: dict[str, Any]) -> None:
     for a in r["audit"]:
         detail = json.dumps(a["detail"], ensure_ascii=False, default=str) if a["detail"] else ""
         console.print(f"  {a['at'][:19]}  {a['event']}  {escape(detail)}", soft_wrap=True)
+    if a := r.get("approval"):
+        decided = f", {a['decided_by']} at {str(a['decided_at'])[:19]}" if a["decided_at"] else \
+            f", expires {str(a['expires_at'])[:19]}"
+        console.print(f"approval ({escape(a['rule'])}): {a['status']}{escape(decided)}"
+                      + (f"; note: {escape(a['note'])}" if a["note"] else ""), soft_wrap=True)
+    if v := r.get("recap_verdict"):
+        console.print(f"recap verdict: {v['verdict']}" + (f"; note: {escape(v['note'])}" if v["note"] else ""),
+                      soft_wrap=True)
     for launch in r["launches"]:
         console.print(f"launch #{launch['id']} attempt {launch['attempt']}: {launch['status']}"
                       f" ({launch['stop_reason'] or '-'}), model {launch['model']}, cost {launch['cost_usd']},"
@@ -518,6 +527,61 @@ def _retry_one(mid: int, from_stage: str | None, reason: str) -> bool:
     console.print(f"message {mid}: {moved}, " + (f"enqueued for {stage.name}" if queued
                                                   else f"already queued for {stage.name}"))
     return True
+
+
+@app.command()
+def approvals(as_json: bool = typer.Option(False, "--json", help="Machine-readable output"),
+              wide: bool = typer.Option(False, "--wide", help="Long text whole (folded)")) -> None:
+    """Launches waiting for the founder's OK: the message, the rule that asked, age, expiry."""
+    from synedre import db
+
+    need_database()
+    with db.transaction() as conn:
+        rows = conn.execute(
+            """SELECT a.message_id, a.rule, a.token, a.created_at, a.expires_at, r.subject,
+                      extract(epoch FROM now() - a.created_at)::bigint AS age_s
+                 FROM synedre.approvals a JOIN synedre.raw_messages r ON r.id = a.message_id
+                WHERE a.status = %s ORDER BY a.created_at""", (str(ApprovalStatus.OPEN),)).fetchall()
+    if as_json:
+        sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=1, default=str) + "\n")
+        return
+    _listing([{"message": str(r["message_id"]), "age": f"{r['age_s'] // 60} min", "rule": r["rule"],
+               "expires": str(r["expires_at"])[:16], "subject": r["subject"] or ""} for r in rows],
+             whole=("message", "age", "expires"), wide=wide, empty="no request waits")
+
+
+@app.command()
+def approve(message: str = typer.Argument(..., help="Message-ID header value or internal id")) -> None:
+    """Release a launch waiting for the founder's OK, as he would by replying OK (audited with
+    your OS user), and hand it to the spawn queue."""
+    _decide(message, approve=True, reason=None)
+
+
+@app.command()
+def refuse(message: str = typer.Argument(..., help="Message-ID header value or internal id"),
+           reason: str = typer.Option(..., "--reason", help="Why: kept as the note, shown by inspect")) -> None:
+    """End a message waiting for the founder's OK as `refused`, with the reason (audited)."""
+    _decide(message, approve=False, reason=reason)
+
+
+def _decide(message: str, *, approve: bool, reason: str | None) -> None:
+    from synedre import db
+    from synedre.approvals import decisions
+    from synedre.db import messages
+    from tasks.app import enqueue
+
+    need_database()
+    by = f"operator:{getpass.getuser()}"
+    with db.transaction() as conn:
+        mid = messages.lookup(conn, message)
+        if mid is None:
+            fail(f"no message {message!r}")
+        why = decisions.decide(conn, mid, approve=approve, by=by, note=reason)
+    if why is not None:
+        fail(f"message {mid}: nothing decided ({why.replace('_', ' ')})")
+    if approve:
+        enqueue("spawn", mid)
+    console.print(f"message {mid}: " + ("approved, handed to spawn" if approve else "refused") + f" (by {by})")
 
 
 def _since(value: str | None):

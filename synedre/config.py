@@ -70,6 +70,8 @@ class Settings(BaseSettings):
     max_budget_usd: Annotated[float, Field(gt=0)] = 5.0  # per launch (--max-budget-usd)
     max_message_cost_usd: Annotated[float, Field(gt=0)] = 20.0  # all launches of one message together
     daily_spend_cap_usd: Usd = 200.0  # fleet-wide, per UTC day
+    # Which first launches wait for the founder's OK (synedre/approvals/policy.py)
+    approval_policy_file: Path = ROOT / "approval-policy.toml"
     max_concurrent_launches: Count = 3
     spawn_slot_retry_s: Seconds = 30.0  # a launch finding every slot taken comes back after this
     # The OS user the agent runs as when the worker is root (scripts/system-deps creates it):
@@ -164,7 +166,7 @@ class Settings(BaseSettings):
             raise ValueError("language codes of Tesseract joined by +, e.g. fra+eng")
         return v
 
-    @field_validator("state_dir")
+    @field_validator("state_dir", "approval_policy_file")
     @classmethod
     def _anchored(cls, v: Path) -> Path:
         return v if v.is_absolute() else ROOT / v

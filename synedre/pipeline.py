@@ -30,6 +30,9 @@ class Status(StrEnum):
     MATERIALIZING = "materializing"
     MATERIALIZED = "materialized"
     NOISE = "noise"
+    # A launch the approval policy holds (synedre/approvals): it waits for the founder's OK.
+    AWAITING_APPROVAL = "awaiting_approval"
+    REFUSED = "refused"  # the founder (or an operator) said no, or the request expired
     SPAWNING = "spawning"
     SPAWNED = "spawned"
     SPAWN_FAILED = "spawn_failed"
@@ -86,6 +89,14 @@ class AskStatus(StrEnum):
     REFUSED = "refused"
 
 
+class ApprovalStatus(StrEnum):
+    """`approvals.status`: one request for the founder's OK (synedre/approvals)."""
+    OPEN = "open"
+    APPROVED = "approved"
+    REFUSED = "refused"
+    EXPIRED = "expired"
+
+
 class IncidentStatus(StrEnum):
     """`incidents.status`: one incident mailed into the Atlas inbox (synedre/incidents.py)."""
     RAISING = "raising"
@@ -95,13 +106,14 @@ class IncidentStatus(StrEnum):
 
 MACHINES: dict[str, type[StrEnum]] = {
     "email_states": Status, "launches": LaunchStatus, "qa_checks": QaCheckStatus,
-    "outbound_mail": OutboundStatus, "agent_asks": AskStatus, "incidents": IncidentStatus}
+    "outbound_mail": OutboundStatus, "agent_asks": AskStatus, "incidents": IncidentStatus,
+    "approvals": ApprovalStatus}
 
 
 # Where a message's journey ends. The founder hears of every one after a launch: a recap
 # (actioned) or an alert (spawn_failed, merge_failed, orchestration_failed, escalated).
 TERMINAL = frozenset({Status.PARSE_FAILED, Status.BLOCKED_UNSAFE_ATTACHMENT, Status.CLASSIFY_FAILED,
-                      Status.NOISE, Status.SPAWN_FAILED, Status.MERGE_FAILED, Status.ACTIONED,
+                      Status.NOISE, Status.REFUSED, Status.SPAWN_FAILED, Status.MERGE_FAILED, Status.ACTIONED,
                       Status.ORCHESTRATION_FAILED, Status.ESCALATED})
 FAILED = frozenset({Status.PARSE_FAILED, Status.BLOCKED_UNSAFE_ATTACHMENT, Status.CLASSIFY_FAILED,
                     Status.SPAWN_FAILED, Status.MERGE_FAILED, Status.ORCHESTRATION_FAILED, Status.ESCALATED})
@@ -130,6 +142,9 @@ class Stage:
 # that lost its data). Offering again is idempotent (the claim), so erring short is cheap;
 # a claimed message is covered by its lease instead (synedre/runner.py CLAIM_LEASE_S).
 ENTRY_WAIT_S = 45
+# How long a request for the founder's OK stays open: the approval stage's stuck limit, so
+# the sweep offers the message again when it is due, and the stage ends it `refused`.
+APPROVAL_EXPIRY_S = 24 * 3600
 
 STAGES: tuple[Stage, ...] = (
     Stage("poll", "poll", "ingest", (), None, (Status.RECEIVED, Status.PARSE_FAILED), 0),
@@ -145,9 +160,15 @@ STAGES: tuple[Stage, ...] = (
     # A message held (paused, no slot) waits with its reason and `waiting_until`; the sweep
     # leaves those be and beat's selection offers materialized ones every minute. From
     # qa_failed it is the next iteration (or, over budget, the escalation).
+    # A first launch the approval policy holds goes to awaiting_approval instead.
     Stage("spawn", "spawn", "spawn", (Status.MATERIALIZED, Status.QA_FAILED), Status.SPAWNING,
-          (Status.SPAWNED, Status.SPAWN_FAILED, Status.MERGE_FAILED, Status.ESCALATED), 120, on_stuck="fail",
-          retryable_from=(Status.SPAWN_FAILED,)),
+          (Status.SPAWNED, Status.SPAWN_FAILED, Status.MERGE_FAILED, Status.ESCALATED, Status.AWAITING_APPROVAL),
+          120, on_stuck="fail", retryable_from=(Status.SPAWN_FAILED,)),
+    # Unclaimed, like qa_route: the request mailed, then the founder's reply (classified as a
+    # reply, see synedre/approvals/replies.py) or an operator's command moves it; the sweep
+    # offers it again at its expiry, and the stage ends it `refused` with one alert.
+    Stage("approval", "poll", "ingest", (Status.AWAITING_APPROVAL,), None, (Status.MATERIALIZED, Status.REFUSED),
+          APPROVAL_EXPIRY_S),
     Stage("deploy", "deploy", "after", (Status.SPAWNED,), Status.DEPLOYING,
           (Status.DEPLOYED, Status.QA_FAILED, Status.REPORT_DUE, Status.ORCHESTRATION_FAILED), ENTRY_WAIT_S,
           retryable_from=(Status.ORCHESTRATION_FAILED,)),

@@ -102,7 +102,8 @@ def at_status(conn: Conn, status: str, since: Any = None) -> list[int]:
 
 
 LAUNCH_FIELDS = ("id", "attempt", "status", "model", "system_prompt", "session_id", "num_turns", "cost_usd",
-                 "exit_code", "stop_reason", "started_at", "ended_at", "contract", "salvage", "branch")
+                 "exit_code", "stop_reason", "started_at", "ended_at", "contract", "salvage", "branch",
+                 "prompt_version", "approval_id")
 
 
 def launches_of(conn: Conn, message_id: int | None = None, limit: int = 50) -> list[dict[str, Any]]:
@@ -156,6 +157,12 @@ def describe(conn: Conn, ids: list[int] | None = None, details: bool = False) ->
                              for a in conn.execute("SELECT at, event, detail FROM synedre.audit_log"
                                                    " WHERE message_id = %s ORDER BY id", (r["id"],))]
             item["launches"] = launches_of(conn, r["id"])
+            item["approval"] = conn.execute(
+                """SELECT rule, status, created_at, expires_at, decided_at, decided_by, decision_message_id, note
+                     FROM synedre.approvals WHERE message_id = %s""", (r["id"],)).fetchone()
+            item["recap_verdict"] = conn.execute(
+                "SELECT verdict, note, reply_message_id, decided_at FROM synedre.recap_verdicts WHERE message_id = %s",
+                (r["id"],)).fetchone()
         out.append(item)
     return out
 

@@ -6,10 +6,11 @@ original gate looked for an intent that no longer existed and froze silently); i
 thresholds are GATE_MIN_ITEMS and GATE_MIN_SUCCESS below, and the rendered text
 prints them from there.
 
-The success proxy is "linked work not cancelled, and not failed after a launch": a
-message whose latest launch failed, or that ended in a failure after its launch
-(`spawn_failed`, `orchestration_failed`, `escalated`), is a failure even though its
-work row is still open.
+Success is the founder's verdict on the recap where he replied one (OK accepted, NON
+rejected: `synedre.recap_verdicts`); else the proxy "linked work not cancelled, and not
+failed after a launch": a message whose latest launch failed, or that ended in a failure
+after its launch (`spawn_failed`, `orchestration_failed`, `escalated`), is a failure even
+though its work row is still open.
 
 `mail_monthly` (beat, the 1st of each month: task `synedre.report_calibration`) mails
 the report to the founder through the mail facade, once per month however often it
@@ -124,6 +125,7 @@ WITH classified AS (
          EXISTS (SELECT 1 FROM synedre.audit_log u
                   WHERE u.message_id = s.message_id
                     AND u.event = 'classification_uncertain') AS uncertain,
+         (SELECT v.verdict FROM synedre.recap_verdicts v WHERE v.message_id = s.message_id) AS verdict,
          (s.status = ANY(%(failed_after_launch)s)
           OR coalesce((SELECT l.status FROM synedre.launches l WHERE l.message_id = s.message_id
                         ORDER BY l.id DESC LIMIT 1) = %(launch_failed)s, false)) AS launch_failed
@@ -140,17 +142,21 @@ WITH classified AS (
 )
 """
 
-_PER_INTENT = _CLASSIFIED + """
+# The founder's verdict on the recap, where he gave one, is the success; else the proxy.
+_SUCCESS = ("coalesce(verdict = 'accepted',"
+            " work_status IS NOT NULL AND work_status <> 'cancelled' AND NOT launch_failed)")
+
+_PER_INTENT = _CLASSIFIED + f"""
 SELECT intent, count(*), avg(confidence), stddev_pop(confidence),
-       count(*) FILTER (WHERE work_status IS NOT NULL AND work_status <> 'cancelled' AND NOT launch_failed),
+       count(*) FILTER (WHERE {_SUCCESS}),
        count(*) FILTER (WHERE uncertain)
   FROM classified
  GROUP BY intent
 """
 
-_GATE = _CLASSIFIED + """
+_GATE = _CLASSIFIED + f"""
 SELECT count(*),
-       count(*) FILTER (WHERE work_status IS NOT NULL AND work_status <> 'cancelled' AND NOT launch_failed)
+       count(*) FILTER (WHERE {_SUCCESS})
   FROM classified
  WHERE intent = 'run' AND complexity = 'plan'
 """

@@ -5,6 +5,7 @@ from datetime import datetime
 from typing import Any
 
 from synedre import ai, attachments as files, runner
+from synedre.approvals import decisions
 from synedre.classify import core, resolution
 from synedre.classify.prompt import PromptInput
 from synedre.classify.rules import Facts
@@ -28,12 +29,16 @@ def run(message_id: int, s: Settings | None = None, *, retry: tuple[int, int, da
     return runner.run(STAGE, message_id, _load, lambda claim, loaded: _work(claim, *loaded, retry))
 
 
-def _load(conn: Conn, claim: runner.Claim) -> tuple[ParsedMessage, Directory]:
-    return ParsedMessage.read(conn, claim.state), dirsql.load(conn)
+def _load(conn: Conn, claim: runner.Claim) -> tuple[ParsedMessage, Directory, decisions.Thread | None]:
+    msg = ParsedMessage.read(conn, claim.state)
+    return msg, dirsql.load(conn), decisions.thread_of(conn, msg.raw)
 
 
-def _work(claim: runner.Claim, msg: ParsedMessage, directory: Directory,
+def _work(claim: runner.Claim, msg: ParsedMessage, directory: Directory, thread: decisions.Thread | None,
           retry: tuple[int, int, datetime] | None) -> runner.Done | runner.Held | runner.Write:
+    judged = _reply(msg, directory, thread) if thread else None
+    if judged is not None and (thread.kind == decisions.REQUEST_KIND or judged.verdict):  # type: ignore[union-attr]
+        return _decision(msg, thread, judged)  # type: ignore[arg-type]
     sender = msg.sender
     who = resolution.resolve(sender, msg.split, directory)
     envelope_client = resolution.envelope_client(sender, directory)
@@ -52,6 +57,8 @@ def _work(claim: runner.Claim, msg: ParsedMessage, directory: Directory,
     client = directory.clients.get(who.client_codename) if who.client_codename else None
     fields: dict[str, Any] = dict(client_id=client.id if client else None, client_source=who.source,
                                   model=out.model)
+    if thread is not None:  # a new request in a recap's thread: its launch continues that work
+        fields["follows_message_id"] = thread.message_id
     if c is not None:
         fields.update(intent=c.intent, complexity=c.complexity, confidence=c.confidence,
                       rationale=c.rationale[:2000])
@@ -82,3 +89,31 @@ def _unavailable(msg: ParsedMessage, exc: core.LLMUnavailable,
         log.error("classify_failed", message=msg.id, reason=str(exc)[:200], retries=n)
     return runner.Done(Status.CLASSIFY_FAILED, detail={"reason": "llm_unavailable", "detail": str(exc)[:500],
                                                        "retries": n}, then=failed)
+
+
+def _reply(msg: ParsedMessage, directory: Directory, thread: decisions.Thread) -> decisions.Judgement:
+    return decisions.judge(thread, raw=msg.raw, sender=msg.sender, dkim_pass=msg.dkim_pass, subject=msg.subject,
+                           body=msg.body, cover=msg.split.cover,
+                           founder=frozenset(a.lower() for a in directory.founder_emails))
+
+
+def _decision(msg: ParsedMessage, thread: decisions.Thread, judged: decisions.Judgement) -> runner.Write:
+    """A reply to an approval request, or the founder's verdict on a recap: consumed here
+    (once), and the reply itself is never launched: it ends as noise with its reason."""
+    def write(conn: Conn) -> runner.Done:
+        why = judged.why_not
+        if why is None and thread.kind == decisions.REQUEST_KIND:
+            why = decisions.decide(conn, thread.message_id, approve=judged.verdict == "ok", by=msg.sender or "",
+                                   reply_message_id=msg.header_id, note=judged.note)
+        elif why is None and not decisions.record_verdict(conn, thread.message_id, judged.verdict or "",
+                                                          judged.note, msg.header_id):
+            why = "verdict_already_recorded"
+        event = f"{thread.kind}_reply_{'ignored' if why else 'consumed'}"
+        detail = {"about": thread.message_id, "verdict": judged.verdict, "reason": why}
+        messages.audit(conn, msg.id, event, **detail)
+        rationale = f"reply to {thread.kind} of message {thread.message_id}: {why or judged.verdict}"
+        return runner.Done(Status.CLASSIFIED, detail={**detail, "intent": "noise", "model": f"rule:{event}"},
+                           fields={"intent": "noise", "complexity": "leger", "confidence": 1.0,
+                                   "rationale": rationale, "model": f"rule:{event}"},
+                           then=lambda: log.info(event, message=msg.id, about=thread.message_id, reason=why))
+    return write

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from synedre import agent_tools as tools, db, incidents, kv, runner, secrets
+from synedre.approvals import decisions
 from synedre.config import Settings, get_settings
 from synedre.db import launches, messages
 from synedre.db.launches import LaunchClaim
@@ -185,9 +186,13 @@ def _launch(message_id: int, s: Settings, stop: threading.Event) -> runner.Resul
         # Redis's slots are lost with its data; launches still running then keep their rows
         if (n := launches.running(conn)) >= s.max_concurrent_launches:
             raise NoSlot(f"{n} launches running (PostgreSQL's count)")
+        # a first launch the approval policy holds waits for the founder's OK instead
+        approval = decisions.gate(conn, state, system.kind, route.model, s) if loaded.iteration == 1 else None
+        if not (approval is None or isinstance(approval, int)):
+            return approval
         claim = runner.claim_launch(conn, message_id, iteration=loaded.iteration, agent_codename=DEFAULT_AGENT,
                                     model=route.model, model_route=route.as_dict(), system_prompt=system.kind,
-                                    prompt_version=prompt.VERSION, max_turns=system.max_turns)
+                                    prompt_version=prompt.VERSION, max_turns=system.max_turns, approval_id=approval)
         if claim is None:
             return runner.why_not(conn, STAGE, message_id)
         if bundle.lessons_error:

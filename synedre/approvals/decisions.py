@@ -1,0 +1,204 @@
+"""Requests for the founder's OK and the decisions that consume them, once (SPEC §13).
+
+The gate (before a first launch's claim): an approved request lets the launch go and is
+recorded on it; a policy rule that matches opens a request and moves the message to
+`awaiting_approval` in the same transaction. A decision — the founder's reply, or an
+operator's command — is a conditional UPDATE of the open, unexpired request: exactly one
+wins, whatever the number of copies processed at once, and it moves the message on in the
+same transaction (`materialized` for OK, `refused` for NON).
+
+A reply is a decision only when every check holds (`judge`): envelope and header From are
+the founder's, DKIM passes (aligned, whole body), the thread names the request, the token
+is in the reply, and the verdict is in the reply's own text (its cover), never the quote.
+"""
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from email import message_from_bytes, policy as email_policy
+from email.utils import getaddresses
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from synedre import agent_tools as tools, runner
+from synedre.approvals import policy
+from synedre.config import Settings
+from synedre.db import messages
+from synedre.db.types import Conn
+from synedre.mail.outbound import message_ids
+from synedre.pipeline import BY_NAME, ApprovalStatus, Status
+
+APPROVAL, SPAWN = BY_NAME["approval"], BY_NAME["spawn"]
+REQUEST_KIND, EXPIRED_KIND, RECAP_KIND = "approval", "approval-expired", "recap"
+# The verdict opens the reply's own text: OK (or oui) releases, NON refuses; what follows is his note.
+_OK = re.compile(r"^[\s\W_]*(?:ok|oui)\b[\s\W_]*", re.I)
+_NON = re.compile(r"^[\s\W_]*non\b[\s\W_]*", re.I)
+NOTE_MAX_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class Thread:
+    """The mail of ours a reply answers: which message it was about, which kind."""
+    message_id: int
+    kind: str
+    token: str | None = None  # an approval request's
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What a reply to one of our mails is: a decision (`verdict` ok|non), or why not."""
+    verdict: str | None
+    note: str | None
+    why_not: str | None
+
+
+def verdict_of(cover: str) -> tuple[str | None, str | None]:
+    """(ok | non | None, the note after it) from the reply's own text."""
+    for name, pattern in (("ok", _OK), ("non", _NON)):
+        if m := pattern.match(cover):
+            return name, cover[m.end():].strip()[:NOTE_MAX_CHARS] or None
+    return None, None
+
+
+def _header_from(raw: bytes) -> list[str]:
+    msg = message_from_bytes(raw, policy=email_policy.compat32)
+    return [a.lower() for _, a in getaddresses(msg.get_all("From") or []) if "@" in a]
+
+
+def replied_ids(raw: bytes) -> list[str]:
+    """The ids a reply names, its In-Reply-To first, then its References from the last."""
+    msg = message_from_bytes(raw, policy=email_policy.compat32)
+    return list(dict.fromkeys(message_ids(msg.get("In-Reply-To")) + message_ids(msg.get("References"))[::-1]))
+
+
+def thread_of(conn: Conn, raw: bytes) -> Thread | None:
+    """The approval request or recap of ours this message replies to, if any."""
+    ids = replied_ids(raw)
+    if not ids:
+        return None
+    rows = conn.execute(
+        """SELECT o.message_id, o.kind, o.rfc_message_id, a.token FROM synedre.outbound_mail o
+             LEFT JOIN synedre.approvals a ON a.message_id = o.message_id AND o.kind = %s
+            WHERE o.rfc_message_id = ANY(%s) AND o.kind IN (%s, %s)""",
+        (REQUEST_KIND, ids, REQUEST_KIND, RECAP_KIND)).fetchall()
+    by_id = {r["rfc_message_id"]: r for r in rows}
+    r = next((by_id[i] for i in ids if i in by_id), None)
+    return Thread(r["message_id"], r["kind"], r["token"]) if r else None
+
+
+def judge(thread: Thread, *, raw: bytes, sender: str | None, dkim_pass: bool, subject: str, body: str,
+          cover: str, founder: frozenset[str]) -> Judgement:
+    """Whether this reply is the founder's decision, checked in order; the first failing
+    check is the reason audited."""
+    froms = _header_from(raw)
+    if not (sender and sender.lower() in founder and froms == [sender.lower()]):
+        return Judgement(None, None, "not_from_the_founder")
+    if not dkim_pass:
+        return Judgement(None, None, "not_dkim_verified")
+    if thread.kind == REQUEST_KIND and not (thread.token and (thread.token in subject or thread.token in body)):
+        return Judgement(None, None, "token_missing")
+    verdict, note = verdict_of(cover)
+    if verdict is None:
+        return Judgement(None, None, "no_verdict_in_the_reply_text")
+    return Judgement(verdict, note, None)
+
+
+# -- the gate, before a first launch's claim ------------------------------------------------
+
+def launch_facts(conn: Conn, state: dict[str, Any], kind: str, s: Settings) -> policy.LaunchFacts:
+    row = conn.execute(
+        """SELECT (SELECT usd FROM synedre.spend_today) AS day,
+                  NOT EXISTS (SELECT 1 FROM synedre.launches l JOIN synedre.email_states e
+                                  ON e.message_id = l.message_id WHERE e.client_id = %(c)s) AS first""",
+        {"c": state["client_id"]}).fetchone()
+    assert row is not None  # a SELECT without FROM returns its one row
+    keep = tools.configured(s.agent_tools)
+    wider = set(tools.policy(kind, keep).allowed) - set(tools.policy("lean", keep).allowed)
+    return policy.LaunchFacts(
+        intent=state["intent"], complexity=state["complexity"],
+        first_launch=state["client_id"] is None or bool(row["first"]), confidence=state["confidence"],
+        estimated_usd=s.max_budget_usd, spent_today_usd=float(row["day"] or 0), daily_cap_usd=s.daily_spend_cap_usd,
+        tools_wider_than_lean=bool(wider))
+
+
+def gate(conn: Conn, state: dict[str, Any], kind: str, model: str, s: Settings) -> runner.Result | int | None:
+    """In the claim's transaction: the approved request's id (the launch records it), None
+    (no rule asks), or the message moved to `awaiting_approval` with its request opened."""
+    mid = state["message_id"]
+    row = conn.execute("SELECT id, status FROM synedre.approvals WHERE message_id = %s", (mid,)).fetchone()
+    if row is not None and row["status"] == ApprovalStatus.APPROVED:
+        return int(row["id"])
+    facts = launch_facts(conn, state, kind, s)
+    asked = policy.evaluate(policy.load(s.approval_policy_file), facts)
+    if asked is None:
+        return None
+    keep = tools.configured(s.agent_tools)
+    told = {"rule": asked.rule, "why": asked.why, "client": state.get("client_codename"), "intent": state["intent"],
+            "complexity": state["complexity"], "confidence": state["confidence"], "model": model,
+            "tools": list(tools.policy(kind, keep).allowed), "estimated_usd": facts.estimated_usd}
+    done = runner.Done(Status.AWAITING_APPROVAL, "approval_requested", told)
+    if not runner.move(conn, SPAWN, mid, done, at=Status.MATERIALIZED):
+        return runner.why_not(conn, SPAWN, mid)
+    conn.execute(
+        """INSERT INTO synedre.approvals (message_id, rule, token, facts, expires_at)
+           VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))""",
+        (mid, asked.rule, secrets.token_hex(6), Jsonb(told), APPROVAL.stuck_after_s))
+    return done
+
+
+# -- a decision, once -----------------------------------------------------------------------
+
+def decide(conn: Conn, message_id: int, *, approve: bool, by: str, reply_message_id: str | None = None,
+           note: str | None = None) -> str | None:
+    """Consume the open, unexpired request of `message_id` and move the message on, in the
+    caller's transaction. None when this call won; else why nothing changed."""
+    status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REFUSED
+    row = conn.execute(
+        """UPDATE synedre.approvals SET status = %s, decided_at = now(), decided_by = %s,
+                  decision_message_id = %s, note = %s
+            WHERE message_id = %s AND status = %s AND expires_at > now() RETURNING id, rule""",
+        (str(status), by, reply_message_id, note, message_id, str(ApprovalStatus.OPEN))).fetchone()
+    if row is None:
+        return why_closed(conn, message_id)
+    detail = {"approval_id": row["id"], "rule": row["rule"], "by": by, "reply_message_id": reply_message_id}
+    done = runner.Done(Status.MATERIALIZED, "approval_granted", detail) if approve else \
+        runner.Done(Status.REFUSED, "approval_refused", {**detail, "note": note})
+    if not runner.move(conn, APPROVAL, message_id, done, at=Status.AWAITING_APPROVAL):
+        raise RuntimeError(f"message {message_id}: its request was open but it was not awaiting approval")
+    return None
+
+
+def why_closed(conn: Conn, message_id: int) -> str:
+    row = conn.execute("SELECT status, expires_at <= now() AS late FROM synedre.approvals WHERE message_id = %s",
+                       (message_id,)).fetchone()
+    if row is None:
+        return "no_request"
+    if row["status"] == ApprovalStatus.OPEN and row["late"]:
+        return "request_expired"
+    return f"request_already_{row['status']}"
+
+
+def expire(conn: Conn, message_id: int) -> bool:
+    """End a request past its expiry and its message `refused`; False if it was not due."""
+    row = conn.execute(
+        """UPDATE synedre.approvals SET status = %s, decided_at = now(), decided_by = 'expiry'
+            WHERE message_id = %s AND status = %s AND expires_at <= now() RETURNING id, rule, expires_at""",
+        (str(ApprovalStatus.EXPIRED), message_id, str(ApprovalStatus.OPEN))).fetchone()
+    if row is None:
+        return False
+    done = runner.Done(Status.REFUSED, "approval_expired", {"approval_id": row["id"], "rule": row["rule"],
+                                                           "expired_at": row["expires_at"].isoformat()})
+    return runner.move(conn, APPROVAL, message_id, done, at=Status.AWAITING_APPROVAL)
+
+
+def record_verdict(conn: Conn, message_id: int, verdict: str, note: str | None, reply_message_id: str) -> bool:
+    """The founder's verdict on a recap (the first one counts)."""
+    row = conn.execute(
+        """INSERT INTO synedre.recap_verdicts (message_id, verdict, note, reply_message_id)
+           VALUES (%s, %s, %s, %s) ON CONFLICT (message_id) DO NOTHING RETURNING message_id""",
+        (message_id, "accepted" if verdict == "ok" else "rejected", note, reply_message_id)).fetchone()
+    if row is not None:
+        messages.audit(conn, message_id, "recap_verdict", verdict=verdict, reply_message_id=reply_message_id)
+    return row is not None

@@ -1,0 +1,82 @@
+"""Stage `approval`: a launch held by the approval policy (synedre/approvals) waits for the
+founder's OK. This stage mails him the request (once: the mail facade's exactly-once send,
+threaded under his original email, with the request's token) and, when the sweep offers
+the message again at the request's expiry, ends it `refused` with one alert. The decision
+itself is his reply's (consumed by the classify stage) or an operator's command."""
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from synedre import db, runner
+from synedre.approvals import decisions
+from synedre.classify.split import split_cover_quoted
+from synedre.config import Settings
+from synedre.ingest.mime import body_text
+from synedre.log import log
+from synedre.mail import outbound
+from synedre.pipeline import BY_NAME, ApprovalStatus, Status
+
+STAGE = BY_NAME["approval"]
+
+
+def _load(message_id: int) -> dict[str, Any] | None:
+    with db.transaction() as conn:
+        row = conn.execute(
+            """SELECT a.*, a.expires_at <= now() AS due, s.status AS message_status, r.mailbox, r.subject,
+                      r.raw, r.message_id AS message_id_header
+                 FROM synedre.approvals a JOIN synedre.email_states s ON s.message_id = a.message_id
+                 JOIN synedre.raw_messages r ON r.id = a.message_id WHERE a.message_id = %s""",
+            (message_id,)).fetchone()
+        if row is None or row["message_status"] != Status.AWAITING_APPROVAL:
+            return {"skip": runner.why_not(conn, STAGE, message_id)}
+    return row
+
+
+def request_text(row: dict[str, Any], cover: str) -> tuple[str, str]:
+    """(subject, text) of the request: what was asked (fenced), the facts, how to answer."""
+    f, token, fence = row["facts"], row["token"], secrets.token_hex(4)
+    subject = f"Accord requis {token} : {row['subject'] or '(sans objet)'}"
+    lines = [f"Un lancement attend votre accord (règle {f['rule']} : {f['why']}).", "",
+             f"Client : {f.get('client') or 'inconnu'}", f"Intention : {f['intent']}/{f['complexity']}"
+             f" (confiance {float(f.get('confidence') or 0):.2f})", f"Modèle : {f['model']}",
+             f"Outils : {', '.join(f['tools']) or 'aucun'}", f"Coût estimé : au plus {f['estimated_usd']:.2f} USD", "",
+             f"Ce qui est demandé (le texte du courriel, entre les marques {fence}) :",
+             f"----- début {fence} -----", cover.strip() or "(vide)", f"----- fin {fence} -----", "",
+             "Pour répondre : répondez à ce message en commençant par OK pour lancer, ou par NON pour refuser"
+             " (une note peut suivre). Seule votre propre réponse signée compte, pas le texte cité.",
+             f"Sans réponse le {row['expires_at']:%Y-%m-%d %H:%M} UTC, la demande expire.", "",
+             f"Référence de la demande : {token}"]
+    return subject, "\n".join(lines)
+
+
+def run(message_id: int, s: Settings | None = None) -> runner.Result:
+    """Mail the request (idempotent), or expire it when due: the message then ends `refused`."""
+    row = _load(message_id)
+    if row is None or "skip" in row:
+        return row["skip"] if row else runner.Skip("no approval request")
+    if row["status"] != ApprovalStatus.OPEN:
+        return runner.Skip(f"request already {row['status']}")
+    if row["due"]:
+        return _expire(row)
+    cover = split_cover_quoted(body_text(bytes(row["raw"]))).cover
+    subject, text = request_text(row, cover)
+    sent = outbound.send_to_founder(db.transaction, row["mailbox"], message_id, decisions.REQUEST_KIND,
+                                    subject=subject, text=text)
+    log.info("approval_request_mailed", message=message_id, outcome=str(sent.outcome), rule=row["rule"])
+    return runner.Held(f"waiting for the founder's OK until {row['expires_at']:%Y-%m-%d %H:%M} UTC "
+                       f"(rule {row['rule']})", "approval_waiting")
+
+
+def _expire(row: dict[str, Any]) -> runner.Result:
+    """One alert first (the facade sends it once), then the request and the message end."""
+    mid = row["message_id"]
+    text = (f"Votre accord n'est pas venu à temps : la demande ({row['rule']}, référence {row['token']}) a expiré"
+            f" le {row['expires_at']:%Y-%m-%d %H:%M} UTC. Rien n'a été lancé ; le message est clos (refused).")
+    outbound.send_to_founder(db.transaction, row["mailbox"], mid, decisions.EXPIRED_KIND,
+                             subject=f"Demande expirée : {row['subject'] or '(sans objet)'}", text=text)
+    with db.transaction() as conn:
+        if not decisions.expire(conn, mid):
+            return runner.why_not(conn, STAGE, mid)
+    log.warning("approval_expired", message=mid, rule=row["rule"])
+    return runner.Done(Status.REFUSED, "approval_expired")

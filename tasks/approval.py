@@ -1,0 +1,16 @@
+"""Queue `poll` (the ingest workers): a launch waiting for the founder's OK — its request
+mailed, or ended at its expiry (synedre/stages/approval.py)."""
+from synedre.mail import outbound
+from synedre.stages import approval as stage
+from tasks._common import RETRY, advance, bind
+from tasks.app import app
+
+# A request that could not leave yet (SMTP or IMAP down) is tried again, not left for a day.
+DEFER = dict(autoretry_for=(outbound.MailNotSent, *RETRY["autoretry_for"]), retry_backoff=5,
+             retry_backoff_max=300, max_retries=20)
+
+
+@app.task(name="synedre.approval", bind=True, soft_time_limit=120, time_limit=150, **DEFER)
+def approval(self, message_id: int) -> str:
+    mid = bind(self, message_id)
+    return advance(mid, stage.run(mid))
