@@ -12,6 +12,8 @@ CORPUS = stack.CORPUS
 # Tests never touch the default Redis database a developer's fleet uses.
 os.environ["SYNEDRE_BROKER_URL"] = stack.TEST_REDIS_URL
 os.environ.setdefault("SYNEDRE_LOG_LEVEL", "INFO")
+# No approval rule unless a test sets one (tests/approvals/): the shipped policy holds launches.
+os.environ.setdefault("SYNEDRE_APPROVAL_POLICY_FILE", str(stack.ROOT / "tests" / "approval-policy.off.toml"))
 
 
 # Fixtures that start a real service, or a real program against one. `item.fixturenames`

@@ -57,11 +57,17 @@ class Asked:
 
 
 def load(path: Path) -> Policy:
-    return _load(Path(path).resolve())
+    """The policy in `path`, read again when the file changes (no restart needed)."""
+    path = Path(path).resolve()
+    try:
+        changed = path.stat().st_mtime_ns
+    except OSError:
+        changed = None
+    return _load(path, changed)
 
 
 @lru_cache(maxsize=4)
-def _load(path: Path) -> Policy:
+def _load(path: Path, changed: int | None) -> Policy:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         return Policy.model_validate(data)

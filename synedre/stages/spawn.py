@@ -23,7 +23,7 @@ from synedre.db.launches import LaunchClaim
 from synedre.log import log
 from synedre.message import ParsedMessage
 from synedre.orchestrate import iterations
-from synedre.orchestrate.contract import read_contract
+from synedre.orchestrate.contract import contract_of, read_contract
 from synedre.pipeline import BY_NAME, LaunchStatus, Status
 from synedre.redact import Redactor
 from synedre.spawn import agent, launcher, locks, persona, prompt, routing, sandbox, workspace
@@ -163,6 +163,7 @@ class _Loaded:
     planned: routing.Planned
     iteration: int
     brief: str | None
+    follows: tuple[str, str] | None = None  # a recap's thread: (that recap's summary, its launch's workspace)
 
 
 def _launch(message_id: int, s: Settings, stop: threading.Event) -> runner.Result:
@@ -204,8 +205,9 @@ def _launch(message_id: int, s: Settings, stop: threading.Event) -> runner.Resul
         message_ref=state["message_id_header"], client=client,
         intent=state["intent"], complexity=state["complexity"], confidence=state["confidence"] or 0.0,
         rationale=state["rationale"] or "", cover=msg.split.cover, quoted=msg.split.quoted, iteration=loaded.brief,
-        attachments=msg.attachment_names, subject=msg.subject)
-    return _Launch(claim, s, system, route.model, stop).run(user)
+        attachments=msg.attachment_names, subject=msg.subject,
+        previous_recap=loaded.follows[0] if loaded.follows else None)
+    return _Launch(claim, s, system, route.model, stop, loaded.follows[1] if loaded.follows else None).run(user)
 
 
 @dataclass(frozen=True)
@@ -234,7 +236,7 @@ def _load(conn, message_id: int, s: Settings) -> _Loaded | _Capped | runner.Resu
     msg = ParsedMessage.read(conn, state)
     planned = routing.planned_route(conn, state["client_id"], state["chantier_id"])
     if state["status"] != Status.QA_FAILED:
-        return _Loaded(state, msg, planned, 1, None)
+        return _Loaded(state, msg, planned, 1, None, _follows(conn, state["follows_message_id"]))
     plan = iterations.budget(conn, message_id, s)  # the checks failed: iterate, or escalate
     if not plan.escalate:
         return _Loaded(state, msg, planned, plan.next, iterations.brief(conn, message_id))
@@ -244,6 +246,17 @@ def _load(conn, message_id: int, s: Settings) -> _Loaded | _Capped | runner.Resu
         return runner.why_not(conn, STAGE, message_id)
     log.warning("escalated", message=message_id, iterations=plan.done, limit=plan.limit)
     return escalated
+
+
+def _follows(conn, previous: int | None) -> tuple[str, str] | None:
+    """A new request in a recap's thread continues that work: the recap's summary (the
+    previous launch's contract) and its workspace, so that it works on the same branch."""
+    launch = launches.latest(conn, previous) if previous else None
+    if not launch or not launch["branch"]:
+        return None
+    c = contract_of(launch)
+    summary = "\n".join(filter(None, [c.summary_md, "Commits: " + ", ".join(c.commits) if c.commits else ""]))
+    return summary or "(no summary)", launch["branch"].removeprefix(workspace.BRANCH_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -277,6 +290,7 @@ class _Launch:
     system: prompt.SystemChoice
     model: str
     stop: threading.Event
+    continues: str | None = None  # the workspace (and so the branch) of the work this request continues
 
     def fail(self, reason: str, error: str, outcome: LaunchStatus = LaunchStatus.FAILED,
              **audit: object) -> runner.Done:
@@ -331,8 +345,9 @@ class _Launch:
         try:
             if s.workspace_repo is None:
                 workspace.init_scratch(repo, s.workspace_base_branch)
+            name = self.continues or f"msg-{claim.message_id}-a{claim.attempt}"
             ws = workspace.open_workspace(Path(repo), base_branch=s.workspace_base_branch, root=where.clones,
-                                          name=f"msg-{claim.message_id}-a{claim.attempt}", owner=run_as)
+                                          name=name, owner=run_as)
         except (workspace.WorkspaceError, OSError) as exc:
             return self.fail("workspace_unavailable", str(exc), repo=str(repo))
         where.contract.unlink(missing_ok=True)  # absent before the agent starts: only its own counts
