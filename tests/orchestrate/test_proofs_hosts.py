@@ -106,7 +106,7 @@ def test_the_recap_host_mails_every_proof_qa_took_on_another_host_against_a_mock
     # what the QA host produced, in its own state dir, and the mock-up it compared with
     produced = {}
     for route, _, shot, diff, shot_key, diff_key, _ in checks:
-        assert Path(shot).is_relative_to(state["qa"].resolve()) and shot_key
+        assert Path(shot).is_relative_to(state["qa"].resolve()) and shot_key and bool(diff) == bool(diff_key)
         produced[f"{route} screenshot"] = Path(shot).read_bytes()
         if diff:
             produced[f"{route} diff"] = Path(diff).read_bytes()
