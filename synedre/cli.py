@@ -286,6 +286,7 @@ def directory_mockup(chantier: Annotated[str, typer.Argument(help="The chantier'
     import shutil
 
     from synedre import db
+    from synedre.db import proofs
     from synedre.orchestrate import iso
 
     try:
@@ -305,9 +306,13 @@ def directory_mockup(chantier: Annotated[str, typer.Argument(help="The chantier'
         copy = target / f"{slug}-{hashlib.sha256(route.encode()).hexdigest()[:8]}.png"
         shutil.copyfile(image, copy)
         os.chmod(copy, 0o600)
-        conn.execute("INSERT INTO synedre.mockups (chantier_id, route, path) VALUES (%s, %s, %s)"
-                     " ON CONFLICT (chantier_id, route) DO UPDATE SET path = EXCLUDED.path",
-                     (row["id"], route, str(copy)))
+        try:  # in the database: QA workers on other hosts compare with it too
+            proof = proofs.store(conn, copy.read_bytes(), "mockup")
+        except proofs.ProofError as exc:
+            fail(f"{image}: {exc}", USAGE)
+        conn.execute("INSERT INTO synedre.mockups (chantier_id, route, path, proof) VALUES (%s, %s, %s, %s)"
+                     " ON CONFLICT (chantier_id, route) DO UPDATE SET path = EXCLUDED.path, proof = EXCLUDED.proof",
+                     (row["id"], route, str(copy), proof))
     console.print(f"mock-up for {chantier} {route}: {copy}")
 
 

@@ -19,7 +19,7 @@ from psycopg.types.json import Jsonb
 
 from synedre import db, runner, secrets
 from synedre.config import Settings, get_settings
-from synedre.db import launches
+from synedre.db import launches, proofs
 from synedre.db.types import Conn
 from synedre.log import log
 from synedre.orchestrate import iso, qa
@@ -121,15 +121,18 @@ def check_one(message_id: int, s: Settings | None = None) -> runner.Result:
         reasons, detail = list(result.reasons), _detail(result)
     except (qa.BrowserUnavailable, iso.IsoError) as exc:  # no browser here, an unreadable mock-up
         result, reasons, detail = None, ["browser_error"], {"error": str(exc)[:300]}
+    shot_bytes, diff_bytes = _proof_bytes(result)
     with db.transaction() as conn:
         conn.execute(
             """UPDATE synedre.qa_checks SET status = %s, reasons = %s, detail = %s, http_status = %s,
-                      screenshot = %s, diff_image = %s WHERE id = %s AND status = %s""",
+                      screenshot = %s, diff_image = %s, screenshot_proof = %s, diff_proof = %s
+                WHERE id = %s AND status = %s""",
             (str(QaCheckStatus.FAILED if reasons else QaCheckStatus.PASSED), Jsonb(reasons), Jsonb(detail),
              result.http_status if result else None,
              str(result.screenshot) if result and result.screenshot else None,
-             str(result.iso.diff_image) if result and result.iso and result.iso.diff_image else None, row["id"],
-             str(QaCheckStatus.RUNNING)))
+             str(result.iso.diff_image) if result and result.iso and result.iso.diff_image else None,
+             shot_bytes and proofs.store(conn, shot_bytes, "screenshot"),
+             diff_bytes and proofs.store(conn, diff_bytes, "diff"), row["id"], str(QaCheckStatus.RUNNING)))
         return _last_check(conn, message_id, run["id"], row["resolved"])
 
 
@@ -172,11 +175,21 @@ def _verdict(conn: Any, run_id: int, *, passed: bool, only_iso: bool) -> None:
 
 
 def _mockup(conn: Any, message_id: int, resolved: str, declared: str) -> Path | None:
+    """The route's mock-up as a file on this host (fetched from the database into its cache:
+    it may have been registered on another host)."""
     row = conn.execute(
-        """SELECT m.path FROM synedre.mockups m JOIN synedre.email_states e ON e.chantier_id = m.chantier_id
+        """SELECT m.path, m.proof FROM synedre.mockups m
+             JOIN synedre.email_states e ON e.chantier_id = m.chantier_id
             WHERE e.message_id = %s AND m.route IN (%s, %s) ORDER BY m.route = %s DESC LIMIT 1""",
         (message_id, resolved, qa.normalize_path(declared), resolved)).fetchone()
-    return Path(row["path"]) if row else None
+    return Path(str(proofs.readable(conn, row["proof"], row["path"], "mockup.png"))) if row else None
+
+
+def _proof_bytes(r: qa.RouteResult | None) -> tuple[bytes | None, bytes | None]:
+    """The screenshot and diff image this host just wrote, read before the transaction that stores them."""
+    shot = r.screenshot.read_bytes() if r and r.screenshot else None
+    diff = r.iso.diff_image.read_bytes() if r and r.iso and r.iso.diff_image else None
+    return shot, diff
 
 
 def _detail(r: qa.RouteResult) -> dict[str, Any]:

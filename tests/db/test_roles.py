@@ -140,3 +140,21 @@ def test_an_external_database_has_no_agent_url_and_a_launch_gets_no_database_coo
     assert db.agent_url(s) is None
     env = agent_env(s, "launch:1", tmp_path)
     assert not {k for k in env if k.startswith("PG")} and "S3cret" not in json.dumps(env)
+
+
+def test_proofs_are_written_once_by_the_application_role_and_unread_by_the_agent(embedded):
+    import hashlib
+
+    s, url = embedded
+    data = b"\x89PNG\r\n\x1a\nproof"
+    key = hashlib.sha256(data).hexdigest()
+    with psycopg.connect(url, autocommit=True) as conn:
+        for _ in range(2):  # what synedre.db.proofs.store does, twice: one row
+            conn.execute("INSERT INTO synedre.proofs (sha256, kind, mime, size, content) VALUES (%s, 'screenshot',"
+                         " 'image/png', %s, %s) ON CONFLICT (sha256) DO NOTHING", (key, len(data), data))
+        assert conn.execute("SELECT count(*) FROM synedre.proofs").fetchone() == (1,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("UPDATE synedre.proofs SET kind = 'diff'")
+    if shutil.which("psql"):
+        r = agent_psql(s, "SELECT count(*) FROM synedre.proofs")
+        assert r.returncode != 0 and "permission denied for table proofs" in r.stderr, r
