@@ -3,10 +3,10 @@ from datetime import UTC, datetime, timedelta
 
 from synedre.classify.core import LLMUnavailable
 from synedre.config import get_settings
-from synedre.runner import Held
+from synedre.runner import Done, Held
 from synedre.stages import classify as stage
 from tasks._common import RETRY, advance, bind
-from tasks.app import app
+from tasks.app import app, enqueue
 
 
 def _delay_s(retries: int) -> float:
@@ -23,4 +23,6 @@ def classify(self, message_id: int) -> str:
     result = stage.run(mid, retry=(n, get_settings().llm_retries, when))
     if isinstance(result, Held) and result.retry:  # the LLM was unreachable: back later, the message waits
         raise self.retry(exc=LLMUnavailable(result.why), countdown=_delay_s(n))
+    if isinstance(result, Done) and (released := result.detail.get("released")):
+        enqueue("spawn", released)  # the founder's OK moved that message back to materialized
     return advance(mid, result)

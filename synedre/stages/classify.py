@@ -111,6 +111,8 @@ def _decision(msg: ParsedMessage, thread: decisions.Thread, judged: decisions.Ju
         event = f"{thread.kind}_reply_{'ignored' if why else 'consumed'}"
         detail = {"about": thread.message_id, "verdict": judged.verdict, "reason": why}
         messages.audit(conn, msg.id, event, **detail)
+        if why is None and thread.kind == decisions.REQUEST_KIND and judged.verdict == "ok":
+            detail["released"] = thread.message_id  # its launch is handed to spawn after the commit
         rationale = f"reply to {thread.kind} of message {thread.message_id}: {why or judged.verdict}"
         return runner.Done(Status.CLASSIFIED, detail={**detail, "intent": "noise", "model": f"rule:{event}"},
                            fields={"intent": "noise", "complexity": "leger", "confidence": 1.0,
