@@ -198,3 +198,45 @@ def test_two_clients_each_deploy_and_qa_their_own_site_from_their_own_repository
     assert git(checkout, "rev-parse", "HEAD") == git(remote, "rev-parse", "main")
     # one recap each, to the founder
     assert len(two["smtp"].wait_for(2, timeout=30)) == 2
+
+
+def test_a_contract_naming_another_clients_tenant_never_deploys_that_clients_repository(db, tmp_path):
+    """The launch worked in its client's repository: a contract naming another client's tenant,
+    whose repository is another, is refused before any `./deploy` runs."""
+    from synedre import db as database
+    from synedre.config import Settings
+    from synedre.db.directory import import_directory, parse_file
+    from synedre.pipeline import Status
+    from synedre.stages import deploy
+
+    repos = {}
+    for client in CLIENTS:
+        repos[client] = repo = tmp_path / client
+        repo.mkdir()
+        git(repo, "init", "-q", "-b", "main")
+        (repo / "deploy").write_text(f"#!/bin/sh\ntouch {tmp_path}/deployed-{client}\n")
+        (repo / "deploy").chmod(0o755)
+        git(repo, "add", "deploy")
+        git(repo, "-c", "user.name=T", "-c", "user.email=t@x", "commit", "-qm", "deploy")
+    directory = json.loads((CORPUS / "directory.json").read_text())
+    directory["clients"] += [{"codename": c, "name": c, "deploy_target": t, "preprod_url": f"http://{t}.test",
+                              "repo": str(repos[c])} for c, t in CLIENTS.items()]
+    with database.transaction() as conn:
+        import_directory(conn, parse_file(json.dumps(directory).encode()))
+    launched = {}
+    for tenant in CLIENTS:
+        mid, = make_launchable(db, tmp_path, complexity="plan", tag=f"foreign-{tenant}")
+        contract = {"ok": True, "tenant": tenant, "routes_to_qa": ["/"], "commits": ["abc1234"],
+                    "summary_md": "done", "draft_reply_for_user": None}
+        with psycopg.connect(db, autocommit=True) as c:
+            c.execute("UPDATE synedre.email_states SET status = 'spawned', client_id = (SELECT id FROM synedre.clients"
+                      " WHERE codename = 'alpha-co') WHERE message_id = %s", (mid,))
+            c.execute("INSERT INTO synedre.launches (message_id, attempt, iteration, status, contract)"
+                      " VALUES (%s, 1, 1, 'succeeded', %s)", (mid, json.dumps(contract)))
+        launched[tenant] = deploy.run(mid, Settings(state_dir=tmp_path / "state", workspace_base_branch="main"))
+    assert launched["beta-co"].status == Status.ORCHESTRATION_FAILED
+    assert launched["alpha-co"].status == Status.DEPLOYED
+    assert (tmp_path / "deployed-alpha-co").exists() and not (tmp_path / "deployed-beta-co").exists()
+    trail = q(db, "SELECT detail FROM synedre.audit_log WHERE event = 'tenant_repository_mismatch'")
+    assert [(d["tenant"], d["launch_repo"], d["tenant_repo"]) for d, in trail] == [
+        ("beta-co", str(repos["alpha-co"]), str(repos["beta-co"]))]
