@@ -35,7 +35,7 @@ from synedre.spawn.launcher import RunAs
 
 MIRRORS, CHECKOUTS = "mirrors", "checkouts"
 REMOTE_TIMEOUT_S = 300.0  # a first clone of a large remote
-LOCK_TIMEOUT_S = 600.0    # a deploy holds its checkout's lock while it runs
+LOCK_TIMEOUT_S = 600.0  # git operations under a copy's lock take at most REMOTE_TIMEOUT_S each
 
 
 def _remote_env() -> dict[str, str]:
@@ -70,7 +70,7 @@ def _git(cwd: Path, *args: str, timeout: float = workspace.GIT_TIMEOUT_S) -> str
     except OSError as exc:
         raise workspace.WorkspaceError(f"git {args[0]}: {exc}") from exc
     if proc.returncode != 0:
-        raise workspace.WorkspaceError(f"git {' '.join(args[:2])}: exit {proc.returncode}: "
+        raise workspace.WorkspaceError(f"git {args[0]}: exit {proc.returncode}: "
                                        f"{(proc.stderr.strip() or proc.stdout.strip())[-2000:]}")
     return proc.stdout.strip()
 
@@ -163,9 +163,10 @@ def merge_back(ws: workspace.Workspace, s: Settings) -> workspace.MergeResult:
 
 
 @contextmanager
-def deployable(repo: Repository, branch: str) -> Iterator[Path]:
+def deployable(repo: Repository, branch: str, wait_s: float = LOCK_TIMEOUT_S) -> Iterator[Path]:
     """Where `./deploy` runs: a local repository in place; for a remote, this host's checkout
-    brought to what was pushed, held for the deploy's length (one deploy per checkout)."""
-    with copy_lock(repo):
+    brought to what was pushed, held for the deploy's length (one deploy per checkout: the
+    next waits up to `wait_s`)."""
+    with copy_lock(repo, wait_s):
         refresh(repo, branch)
         yield repo.path

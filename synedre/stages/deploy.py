@@ -130,9 +130,9 @@ def _deploy(x: _Loaded, s: Settings) -> DeployResult | None:
     if repo is None:
         return None
     redact = secrets.redactor(s).redact_text
-    started = time.monotonic()
+    started, wait_s = time.monotonic(), s.deploy_timeout_s + repos.REMOTE_TIMEOUT_S  # another deploy of it first
     try:
-        with repos.deployable(repo, s.workspace_base_branch) as path:
+        with repos.deployable(repo, s.workspace_base_branch, wait_s) as path:
             return run_deploy(path, x.target or "", s.deploy_timeout_s, redact)
     except (WorkspaceError, OSError, subprocess.SubprocessError) as exc:  # the remote could not be fetched
         return DeployResult(ok=False, exit_code=None, timed_out=False, duration_s=time.monotonic() - started,

@@ -240,3 +240,30 @@ def test_a_contract_naming_another_clients_tenant_never_deploys_that_clients_rep
     trail = q(db, "SELECT detail FROM synedre.audit_log WHERE event = 'tenant_repository_mismatch'")
     assert [(d["tenant"], d["launch_repo"], d["tenant_repo"]) for d, in trail] == [
         ("beta-co", str(repos["alpha-co"]), str(repos["beta-co"]))]
+
+
+def test_a_remote_the_deploy_host_cannot_fetch_is_a_failed_deploy_that_says_why(db, tmp_path):
+    from synedre import db as database
+    from synedre.config import Settings
+    from synedre.db.directory import import_directory, parse_file
+    from synedre.pipeline import Status
+    from synedre.stages import deploy
+
+    gone = f"file://{tmp_path}/gone.git"
+    directory = json.loads((CORPUS / "directory.json").read_text())
+    directory["clients"].append({"codename": "beta-co", "name": "Beta", "deploy_target": "beta",
+                                 "preprod_url": "http://beta.test", "repo": gone})
+    with database.transaction() as conn:
+        import_directory(conn, parse_file(json.dumps(directory).encode()))
+    mid, = make_launchable(db, tmp_path, complexity="plan", tag="gone")
+    contract = {"ok": True, "tenant": "beta-co", "routes_to_qa": ["/"], "commits": ["abc1234"],
+                "summary_md": "done", "draft_reply_for_user": None}
+    with psycopg.connect(db, autocommit=True) as c:
+        c.execute("UPDATE synedre.email_states SET status = 'spawned', client_id = (SELECT id FROM synedre.clients"
+                  " WHERE codename = 'beta-co') WHERE message_id = %s", (mid,))
+        c.execute("INSERT INTO synedre.launches (message_id, attempt, iteration, status, contract)"
+                  " VALUES (%s, 1, 1, 'succeeded', %s)", (mid, json.dumps(contract)))
+    assert deploy.run(mid, Settings(state_dir=tmp_path / "state", workspace_base_branch="main")).status \
+        == Status.QA_FAILED  # a failed deploy: the iteration sees why
+    (ok, log), = q(db, "SELECT deploy_ok, deploy_log FROM synedre.qa_runs WHERE message_id = %s", mid)
+    assert not ok and log.startswith(f"{gone}: not deployable: git clone: exit 128") and "gone.git" in log, log
