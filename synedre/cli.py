@@ -337,12 +337,17 @@ def directory_import(file: Annotated[Path, typer.Argument(help="A directory file
 
 
 @directory_app.command("show")
-def directory_show(wide: bool = typer.Option(False, "--wide", help="Long text whole (folded)")) -> None:
+def directory_show(client: Annotated[str | None, typer.Argument(
+                       help="A client's codename: its tenant as the fleet uses it (target, pre-production, repository)")
+                   ] = None,
+                   wide: bool = typer.Option(False, "--wide", help="Long text whole (folded)")) -> None:
     """The directory as the stages read it: the founder, each client with its people and tenant,
-    the chantiers."""
+    the chantiers; with CLIENT, what the fleet uses for that client."""
     from synedre import db
 
     need_database()
+    if client is not None:
+        return _show_tenant(client)
     with db.transaction() as conn:
         founder = conn.execute("SELECT name, emails, atlas_address FROM synedre.founder").fetchone()
         clients = conn.execute(
@@ -362,6 +367,36 @@ def directory_show(wide: bool = typer.Option(False, "--wide", help="Long text wh
              wide=wide, empty="no client")
     _listing([{k: str(v or "") for k, v in r.items()} for r in chantiers], whole=("codename", "status", "client"),
              wide=wide, empty="no chantier")
+
+
+def _show_tenant(codename: str) -> None:
+    """One client's tenant: what `./deploy` gets, where QA looks, which repository a launch
+    clones and merges into on this host."""
+    from synedre import db
+    from synedre.spawn import repos
+
+    s = get_settings()
+    with db.transaction() as conn:
+        row = conn.execute(
+            """SELECT c.name, coalesce(t.deploy_target, c.deploy_target) AS target,
+                      t.config->>'preprod_url' AS preprod, t.config->>'repo' AS repo
+                 FROM synedre.clients c LEFT JOIN synedre.tenant_topology t ON t.client_id = c.id
+                WHERE c.codename = %s""", (codename,)).fetchone()
+    if row is None:
+        fail(f"no client {codename!r} (`synedre directory show` lists them)")
+    spec = row["repo"]
+    if spec is None:
+        repo = (f"{s.workspace_repo} (SYNEDRE_WORKSPACE_REPO, the fleet's default)" if s.workspace_repo
+                else "none: each launch works in an empty scratch repository (SYNEDRE_WORKSPACE_REPO is unset)")
+    elif (mirror := repos.locate(spec, s)) and (checkout := repos.locate(spec, s, repos.CHECKOUTS)) and mirror.remote:
+        repo = f"{spec} (remote: this host's mirror {mirror.path}, its deploy checkout {checkout.path})"
+    else:
+        repo = f"{spec} (local path{'' if Path(spec, '.git').exists() else ', no git repository there on this host'})"
+    for label, value in (("client", f"{codename} ({row['name']})"),
+                         ("deploy target", row["target"] or "none (no deploy)"),
+                         ("pre-production", row["preprod"] or "none (QA has nowhere to look)"),
+                         ("repository", repo), ("base branch", s.workspace_base_branch)):
+        console.print(f"{label}: {escape(value)}", soft_wrap=True)
 
 
 @app.command()

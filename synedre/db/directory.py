@@ -9,8 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from synedre.db.tenants import check_repo, masked
 from synedre.db.types import Conn
 
 # Anyone can open an address there: a domain match on them proves nothing.
@@ -99,11 +108,35 @@ class ClientEntry(_Entry):
     priority: Literal["high", "normal", "low"] = "normal"
     mrr: float = Field(0, ge=0)
     status: str = "active"
-    # the tenant: what `./deploy <target> --preprod` deploys, and where QA finds the result
+    # the tenant: what `./deploy <target> --preprod` deploys, where QA finds the result, and
+    # the repository its agents work in (SYNEDRE_WORKSPACE_REPO when absent)
     deploy_target: str | None = None
     preprod_url: str | None = None
+    repo: str | None = None
     domains: list[str] = []
     persons: list[PersonEntry] = []
+
+    @field_validator("preprod_url")
+    @classmethod
+    def _a_site(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and not (v.startswith(("http://", "https://")) and len(v.split("/")) > 2 and v.split("/")[2]):
+            raise ValueError(f"{info.data.get('codename', '?')}: preprod_url is an http:// or https:// URL")
+        return v
+
+    @field_validator("repo")
+    @classmethod
+    def _a_repository(cls, v: str | None, info: ValidationInfo) -> str | None:
+        try:
+            return None if v is None else check_repo(v)
+        except ValueError as exc:
+            raise ValueError(f"{info.data.get('codename', '?')}: {exc}") from None
+
+    @model_validator(mode="after")
+    def _a_tenant(self) -> ClientEntry:
+        if (self.repo or self.preprod_url) and not self.deploy_target:
+            given = " and ".join(k for k in ("preprod_url", "repo") if getattr(self, k))
+            raise ValueError(f"{self.codename}: {given} without a deploy_target (the tenant they belong to)")
+        return self
 
 
 class FounderEntry(_Entry):
@@ -130,6 +163,8 @@ def parse_file(raw: bytes) -> DirectoryFile:
             where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
             why = str(e["msg"]).removeprefix("Value error, ")
             value = e["input"][:60] if isinstance(e["input"], str) else e["input"]
+            if e["loc"][-1:] == ("repo",) and isinstance(value, str):
+                value = masked(e["input"])[:60]  # a password in a URL is refused, never echoed
             shown = isinstance(value, str | int | float) and e["type"] not in ("missing", "json_invalid")
             got = f" (got {value!r})" if shown else ""
             lines.append(f"{where or 'the file'}: {why[:1].lower()}{why[1:]}{got}")
@@ -182,10 +217,11 @@ def import_directory(conn: Conn, d: DirectoryFile) -> dict[str, Any]:
         if c.deploy_target:
             conn.execute(
                 """INSERT INTO synedre.tenant_topology (client_id, deploy_target, config)
-                   VALUES (%s, %s, jsonb_strip_nulls(jsonb_build_object('preprod_url', %s::text)))
+                   VALUES (%s, %s, jsonb_strip_nulls(jsonb_build_object('preprod_url', %s::text,
+                                                                         'repo', %s::text)))
                    ON CONFLICT (client_id) DO UPDATE SET deploy_target = EXCLUDED.deploy_target,
-                     config = tenant_topology.config - 'preprod_url' || EXCLUDED.config""",
-                (cid, c.deploy_target, c.preprod_url))
+                     config = tenant_topology.config - 'preprod_url' - 'repo' || EXCLUDED.config""",
+                (cid, c.deploy_target, c.preprod_url, c.repo))
     for ch in d.chantiers:
         conn.execute(
             """INSERT INTO synedre.chantiers (codename, client_id, status, title, mission_letter)

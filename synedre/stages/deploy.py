@@ -2,12 +2,14 @@
 `./deploy <target> --preprod` in the client's repository for the code path."""
 from __future__ import annotations
 
+import subprocess
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from synedre import runner, secrets
 from synedre.config import Settings, get_settings
-from synedre.db import launches
+from synedre.db import launches, tenants
 from synedre.db.types import Conn
 from synedre.log import log
 from synedre.orchestrate.contract import (
@@ -20,6 +22,8 @@ from synedre.orchestrate.contract import (
 )
 from synedre.orchestrate.deploy import DeployError, DeployResult, run_deploy
 from synedre.pipeline import BY_NAME, Status
+from synedre.spawn import repos
+from synedre.spawn.workspace import WorkspaceError
 
 STAGE = BY_NAME["deploy"]
 
@@ -73,6 +77,8 @@ class _Loaded:
     contract: LeanContract
     target: str | None
     base_url: str | None
+    repo: str | None = None  # the launch's repository, its client's (None: the fleet's default)
+    foreign: str | None = None  # set: the contract's tenant is another client's, in another repository
 
 
 def run(message_id: int, s: Settings | None = None) -> runner.Result:
@@ -83,7 +89,10 @@ def run(message_id: int, s: Settings | None = None) -> runner.Result:
 def _load(conn: Conn, claim: runner.Claim) -> _Loaded:
     launch = launches.latest(conn, claim.message_id)
     contract = contract_of(launch or {})
-    return _Loaded(launch, contract, *topology(conn, contract.tenant))
+    client, repo = tenants.repo_of_message(conn, claim.message_id)
+    owner, tenant_repo = tenants.repo_of_tenant(conn, contract.tenant)
+    foreign = (tenant_repo or "SYNEDRE_WORKSPACE_REPO") if owner not in (None, client) and tenant_repo != repo else None
+    return _Loaded(launch, contract, *topology(conn, contract.tenant), repo=repo, foreign=foreign)
 
 
 def _work(claim: runner.Claim, x: _Loaded, s: Settings) -> runner.Done | runner.Write:
@@ -92,10 +101,12 @@ def _work(claim: runner.Claim, x: _Loaded, s: Settings) -> runner.Done | runner.
     if d.status != Status.DEPLOYED:
         return runner.Done(d.status, d.event, d.detail, fields,
                            then=lambda: log.info(d.event, message=claim.message_id, status=str(d.status)))
-    repo = s.workspace_repo
+    if x.foreign:  # the launch worked in one repository: never deploy another client's
+        return runner.Done(Status.ORCHESTRATION_FAILED, "tenant_repository_mismatch",
+                           {**d.detail, "tenant": x.contract.tenant, "launch_repo": x.repo or "SYNEDRE_WORKSPACE_REPO",
+                            "tenant_repo": x.foreign})
     try:
-        result = run_deploy(repo, x.target or "", s.deploy_timeout_s, secrets.redactor(s).redact_text) \
-            if repo else None
+        result = _deploy(x, s)
     except DeployError as exc:  # the contract named a target that is no tenant name
         return runner.Done(Status.ORCHESTRATION_FAILED, "no_deploy_target", {**d.detail, "error": str(exc)})
     ok = bool(result and result.ok)
@@ -110,6 +121,22 @@ def _work(claim: runner.Claim, x: _Loaded, s: Settings) -> runner.Done | runner.
                            detail, fields, then=lambda: log.info(str(Status.DEPLOYED) if ok else "deploy_failed",
                                                                  message=claim.message_id, target=x.target))
     return write
+
+
+def _deploy(x: _Loaded, s: Settings) -> DeployResult | None:
+    """`./deploy` in the launch's repository (for a remote, this host's checkout of what was
+    pushed); None when no repository is configured at all."""
+    repo = repos.locate(x.repo, s, repos.CHECKOUTS)
+    if repo is None:
+        return None
+    redact = secrets.redactor(s).redact_text
+    started, wait_s = time.monotonic(), s.deploy_timeout_s + repos.REMOTE_TIMEOUT_S  # another deploy of it first
+    try:
+        with repos.deployable(repo, s.workspace_base_branch, wait_s) as path:
+            return run_deploy(path, x.target or "", s.deploy_timeout_s, redact)
+    except (WorkspaceError, OSError, subprocess.SubprocessError) as exc:  # the remote could not be fetched
+        return DeployResult(ok=False, exit_code=None, timed_out=False, duration_s=time.monotonic() - started,
+                            log_tail=redact(f"{repo.remote or repo.path}: not deployable: {exc}"))
 
 
 def _record_run(conn: Conn, message_id: int, x: _Loaded, result: DeployResult | None, ok: bool) -> None:

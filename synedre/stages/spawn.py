@@ -8,6 +8,7 @@ lost its slots while launches ran.
 """
 from __future__ import annotations
 
+import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 from synedre import agent_tools as tools, db, incidents, kv, runner, secrets
 from synedre.approvals import decisions
 from synedre.config import Settings, get_settings
-from synedre.db import launches, messages
+from synedre.db import launches, messages, tenants
 from synedre.db.launches import LaunchClaim
 from synedre.log import log
 from synedre.message import ParsedMessage
@@ -26,7 +27,7 @@ from synedre.orchestrate import iterations
 from synedre.orchestrate.contract import contract_of, read_contract
 from synedre.pipeline import BY_NAME, LaunchStatus, Status
 from synedre.redact import Redactor
-from synedre.spawn import agent, launcher, locks, persona, prompt, routing, sandbox, workspace
+from synedre.spawn import agent, launcher, locks, persona, prompt, repos, routing, sandbox, workspace
 
 DEFAULT_AGENT = "atlas"
 STAGE = BY_NAME["spawn"]
@@ -338,18 +339,20 @@ class _Launch:
         return self.conclude(ws, where, outcome, redactor)
 
     def open_clone(self, where: _Layout, run_as: launcher.RunAs | None) -> workspace.Workspace | runner.Done:
-        """The launch's own clone of the repository (an empty one when none is configured,
-        so git still works); never the trunk instead."""
+        """The launch's own clone of its client's repository (the fleet's default for a client
+        without one; an empty one when none is configured, so git still works); never the trunk."""
         s, claim = self.s, self.claim
-        repo = s.workspace_repo or where.base / "scratch"
+        with db.transaction() as conn:
+            spec = tenants.repo_of_message(conn, claim.message_id)[1]
+        repo = repos.locate(spec, s) or repos.Repository(where.base / "scratch")
         try:
-            if s.workspace_repo is None:
-                workspace.init_scratch(repo, s.workspace_base_branch)
+            if spec is None and s.workspace_repo is None:
+                workspace.init_scratch(repo.path, s.workspace_base_branch)
             name = self.continues or f"msg-{claim.message_id}-a{claim.attempt}"
-            ws = workspace.open_workspace(Path(repo), base_branch=s.workspace_base_branch, root=where.clones,
-                                          name=name, owner=run_as)
-        except (workspace.WorkspaceError, OSError) as exc:
-            return self.fail("workspace_unavailable", str(exc), repo=str(repo))
+            ws = repos.open_workspace(repo, base_branch=s.workspace_base_branch, root=where.clones,
+                                      name=name, owner=run_as)
+        except (workspace.WorkspaceError, OSError, subprocess.SubprocessError) as exc:
+            return self.fail("workspace_unavailable", str(exc), repo=str(repo.remote or repo.path))
         where.contract.unlink(missing_ok=True)  # absent before the agent starts: only its own counts
         workspace.private_file(where.base / "events.ndjson")
         return ws
@@ -396,7 +399,7 @@ class _Launch:
             verdict, launch_outcome = LaunchVerdict(False, "sandbox_unavailable"), LaunchStatus.SANDBOX_UNAVAILABLE
         merged = None
         if verdict.ok:  # only a success reaches the trunk; anything else keeps its commits on its branch
-            merged = workspace.merge_back(ws) if collect_error is None else workspace.MergeResult(
+            merged = repos.merge_back(ws, self.s) if collect_error is None else workspace.MergeResult(
                 False, f"branch not brought back: {collect_error}", ["(still in the clone)"])
             if merged.failed:
                 verdict = LaunchVerdict(False, str(Status.MERGE_FAILED), Status.MERGE_FAILED)

@@ -1,0 +1,172 @@
+"""A tenant's repository on this host: the local working tree it names, or this host's own
+copy of the remote it names (issue 16, item 3).
+
+A local path is used as it is: the launch's clone is made from it and merged back into it
+(spawn/workspace.py). A remote URL gets, under the state directory, a working tree per host
+and per use, named by the URL's hash: `mirrors/<hash>` for spawn (the agent's clones come
+from it, its branch is collected and merged into it, then the merged pre-production branch
+is pushed back), `checkouts/<hash>` for deploy (`./deploy` runs there, on what the remote's
+pre-production branch holds: spawn and deploy need not share a disk, and a deploy never
+dirties the tree a merge needs clean).
+
+Before every use the copy is brought to the remote's branch (fetch, then the branch reset to
+it: nothing of value lives only in a copy, since a merge that could not be pushed is undone).
+Everything that moves a copy's branch (that refresh, a clone made from it, a merge and its
+push) runs under the copy's own lock (`<hash>.lock`, a file lock beside it), taken outside
+workspace.repo_lock, which the functions called inside take for themselves.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from synedre.config import Settings
+from synedre.db.tenants import is_remote
+from synedre.log import log
+from synedre.spawn import workspace
+from synedre.spawn.launcher import RunAs
+
+MIRRORS, CHECKOUTS = "mirrors", "checkouts"
+REMOTE_TIMEOUT_S = 300.0  # a first clone of a large remote
+LOCK_TIMEOUT_S = 600.0  # git operations under a copy's lock take at most REMOTE_TIMEOUT_S each
+
+
+def _remote_env() -> dict[str, str]:
+    """Never a prompt for a password nor a host key: a remote the host cannot reach fails.
+    The host's own GIT_SSH_COMMAND (a deploy key, say) is kept."""
+    return {"GIT_SSH_COMMAND": "ssh -o BatchMode=yes", **os.environ, "GIT_TERMINAL_PROMPT": "0"}
+
+
+@dataclass(frozen=True)
+class Repository:
+    path: Path              # the working tree this host uses
+    remote: str | None = None  # the URL it mirrors (None: a local repository, used in place)
+
+
+def locate(spec: str | None, s: Settings, use: str = MIRRORS) -> Repository | None:
+    """The tenant's repository (`spec` from the directory, else SYNEDRE_WORKSPACE_REPO) on
+    this host; None when neither names one."""
+    if spec is None:
+        return Repository(Path(s.workspace_repo)) if s.workspace_repo else None
+    if not is_remote(spec):
+        return Repository(Path(spec))
+    name = hashlib.sha256(spec.encode()).hexdigest()[:16]
+    return Repository((s.state_dir / use / name).resolve(), spec)
+
+
+def _git(cwd: Path, *args: str, timeout: float = workspace.GIT_TIMEOUT_S) -> str:
+    try:
+        proc = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, env=_remote_env())
+    except subprocess.TimeoutExpired as exc:
+        raise workspace.WorkspaceError(f"git {args[0]}: timed out after {timeout:g} s") from exc
+    except OSError as exc:
+        raise workspace.WorkspaceError(f"git {args[0]}: {exc}") from exc
+    if proc.returncode != 0:
+        raise workspace.WorkspaceError(f"git {args[0]}: exit {proc.returncode}: "
+                                       f"{(proc.stderr.strip() or proc.stdout.strip())[-2000:]}")
+    return proc.stdout.strip()
+
+
+@contextmanager
+def copy_lock(repo: Repository, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """The copy's lock (a remote's mirror or checkout); nothing for a local repository."""
+    if repo.remote is None:
+        yield
+        return
+    workspace.private_dir(repo.path.parent)
+    deadline = time.monotonic() + timeout_s
+    with open(repo.path.with_name(repo.path.name + ".lock"), "a") as fh:
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise workspace.WorkspaceError(f"{repo.path}: busy for {timeout_s:g} s") from None
+                time.sleep(0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def refresh(repo: Repository, branch: str) -> None:
+    """The copy made if missing, then on the remote's `branch` as the remote has it. Under
+    `copy_lock`. A local repository is left alone."""
+    if repo.remote is None:
+        return
+    if not (repo.path / ".git").is_dir():
+        tmp = repo.path.with_name(repo.path.name + ".new")
+        subprocess.run(["rm", "-rf", "--one-file-system", str(tmp)], check=True, timeout=workspace.GIT_TIMEOUT_S)
+        _git(repo.path.parent, "clone", "--quiet", "--no-tags", "--branch", branch, "--", repo.remote, str(tmp),
+             timeout=REMOTE_TIMEOUT_S)
+        _git(tmp, "config", "user.name", "Synedre")  # its merge commits
+        _git(tmp, "config", "user.email", "synedre@localhost")
+        tmp.rename(repo.path)
+        log.info("repository_mirrored", remote=repo.remote, path=str(repo.path))
+    _git(repo.path, "fetch", "--quiet", "--no-tags", "origin", f"+refs/heads/{branch}:refs/remotes/origin/{branch}",
+         timeout=REMOTE_TIMEOUT_S)
+    _git(repo.path, "checkout", "--quiet", "--force", "-B", branch, f"refs/remotes/origin/{branch}")
+
+
+def open_workspace(repo: Repository, *, base_branch: str, name: str, root: Path,
+                   owner: RunAs | None = None) -> workspace.Workspace:
+    """workspace.open_workspace, from the remote's latest pre-production branch for a remote."""
+    with copy_lock(repo):
+        refresh(repo, base_branch)
+        return workspace.open_workspace(repo.path, base_branch=base_branch, name=name, root=root, owner=owner)
+
+
+def mirror_of(ws: workspace.Workspace, s: Settings) -> Repository:
+    """The repository a workspace was opened from: a remote's mirror is under `mirrors/`."""
+    if ws.repo.parent != (s.state_dir / MIRRORS).resolve():
+        return Repository(ws.repo)
+    return Repository(ws.repo, _git(ws.repo, "config", "--get", "remote.origin.url"))
+
+
+def merge_back(ws: workspace.Workspace, s: Settings) -> workspace.MergeResult:
+    """workspace.merge_back; for a remote's mirror, onto the remote's latest branch and pushed
+    back. A push refused (the remote moved meanwhile, or refuses us) is a failed merge, the
+    mirror's branch put back where the remote has it: the commits stay on the agent's branch."""
+    try:
+        repo = mirror_of(ws, s)
+    except workspace.WorkspaceError as exc:
+        return workspace.MergeResult(False, f"mirror unreadable: {exc}", workspace.commits_since(ws))
+    if repo.remote is None:
+        return workspace.merge_back(ws)
+    with copy_lock(repo):
+        try:
+            refresh(repo, ws.base_branch)
+        except workspace.WorkspaceError as exc:
+            return workspace.MergeResult(False, f"fetch from {repo.remote} failed: {exc}", workspace.commits_since(ws))
+        merged = workspace.merge_back(ws)
+        if not merged.merged:
+            return merged
+        try:
+            _git(repo.path, "push", "--quiet", "origin", f"refs/heads/{ws.base_branch}:refs/heads/{ws.base_branch}",
+                 timeout=REMOTE_TIMEOUT_S)
+        except workspace.WorkspaceError as exc:
+            _git(repo.path, "checkout", "--quiet", "--force", "-B", ws.base_branch,
+                 f"refs/remotes/origin/{ws.base_branch}")
+            log.warning("repository_push_failed", remote=repo.remote, branch=ws.branch, error=str(exc))
+            return workspace.MergeResult(False, f"push to {repo.remote} failed: {exc}", merged.commits)
+    log.info("repository_pushed", remote=repo.remote, base=ws.base_branch, branch=ws.branch)
+    return merged
+
+
+@contextmanager
+def deployable(repo: Repository, branch: str, wait_s: float = LOCK_TIMEOUT_S) -> Iterator[Path]:
+    """Where `./deploy` runs: a local repository in place; for a remote, this host's checkout
+    brought to what was pushed, held for the deploy's length (one deploy per checkout: the
+    next waits up to `wait_s`)."""
+    with copy_lock(repo, wait_s):
+        refresh(repo, branch)
+        yield repo.path
