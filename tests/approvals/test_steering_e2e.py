@@ -143,10 +143,11 @@ def request_mail(s, mid, count=1) -> EmailMessage:
     original = q(s["url"], "SELECT message_id FROM synedre.raw_messages WHERE id = %s", mid)[0][0]
 
     def found():
-        return [m.message for m in s["smtp"].messages() if m.message["In-Reply-To"] == original
-                and m.message["X-Synedre-Kind"] == "approval"]
+        rfc = q(s["url"], "SELECT rfc_message_id FROM synedre.outbound_mail WHERE message_id = %s"
+                          " AND kind = 'approval' AND status = 'sent'", mid)
+        return rfc and [m.message for m in s["smtp"].messages() if m.message["Message-ID"] == rfc[0][0]]
     mails = stack.wait_for(found, 60, "the approval request mail")
-    assert len(mails) == count
+    assert len(mails) == count and "".join(mails[0]["In-Reply-To"].split()) == original  # threaded under it
     return mails[0]
 
 
@@ -370,7 +371,7 @@ def test_recap_verdicts_count_in_calibration_and_a_new_instruction_continues_the
     deliver(s, ok, non)
     reply_row(s, ok), reply_row(s, non)
     assert q(url, "SELECT message_id, verdict, note FROM synedre.recap_verdicts ORDER BY message_id") == \
-        [(good, "accepted", None), (bad, "rejected", "le bouton payer manque")]
+        [(good, "accepted", "merci"), (bad, "rejected", "le bouton payer manque")]
     with psycopg.connect(url) as conn:
         run = {i.intent: i for i in collect(conn, days=1).intents}["run"]
     # both linked runs are open: the proxy alone would have said two successes
