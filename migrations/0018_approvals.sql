@@ -1,6 +1,6 @@
 -- Issue 17: the founder steers by replying. A launch a policy rule holds waits in
 -- `awaiting_approval` for his OK; `refused` ends a message he (or an operator) refused, or
--- whose request expired. One approval request per message, consumed once (open -> approved
+-- whose request expired. One approval request per message, consumed once (waiting -> approved
 -- | refused | expired, a conditional UPDATE); his verdicts on recaps are kept beside it.
 ALTER TABLE synedre.email_states DROP CONSTRAINT email_states_status_check;
 ALTER TABLE synedre.email_states ADD CONSTRAINT email_states_status_check CHECK (status IN (
@@ -16,16 +16,16 @@ CREATE TABLE synedre.approvals (
   rule text NOT NULL,                    -- the policy rule that asked (its name, as audited)
   token text NOT NULL,                   -- random, in the request's subject and body
   facts jsonb NOT NULL,                  -- what the request told the founder
-  status text NOT NULL DEFAULT 'open' CHECK (status IN ('open','approved','refused','expired')),
+  status text NOT NULL DEFAULT 'waiting' CHECK (status IN ('waiting','approved','refused','expired')),
   created_at timestamptz NOT NULL DEFAULT now(),
   expires_at timestamptz NOT NULL,
   decided_at timestamptz,
   decided_by text,                       -- the founder's address, or operator:<OS user>
   decision_message_id text,              -- the reply's Message-ID (NULL from the shell)
   note text,
-  CHECK ((status = 'open') = (decided_at IS NULL))
+  CHECK ((status = 'waiting') = (decided_at IS NULL))
 );
-CREATE INDEX approvals_open ON synedre.approvals (expires_at) WHERE status = 'open';
+CREATE INDEX approvals_waiting ON synedre.approvals (expires_at) WHERE status = 'waiting';
 
 -- The launch an approval released (who, when and the reply are on the approval).
 ALTER TABLE synedre.launches ADD COLUMN approval_id bigint REFERENCES synedre.approvals;

@@ -581,7 +581,7 @@ def approvals(as_json: bool = typer.Option(False, "--json", help="Machine-readab
             """SELECT a.message_id, a.rule, a.token, a.created_at, a.expires_at, r.subject,
                       extract(epoch FROM now() - a.created_at)::bigint AS age_s
                  FROM synedre.approvals a JOIN synedre.raw_messages r ON r.id = a.message_id
-                WHERE a.status = %s ORDER BY a.created_at""", (str(ApprovalStatus.OPEN),)).fetchall()
+                WHERE a.status = %s ORDER BY a.created_at""", (str(ApprovalStatus.WAITING),)).fetchall()
     if as_json:
         sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=1, default=str) + "\n")
         return
@@ -621,7 +621,7 @@ def _decide(message: str, *, approve: bool, reason: str | None) -> None:
         fail(f"message {mid}: nothing decided ({why.replace('_', ' ')})")
     if approve:
         enqueue("spawn", mid)
-    console.print(f"message {mid}: " + ("approved, handed to spawn" if approve else "refused") + f" (by {by})")
+    console.print(f"message {mid}: " + ("approved, handed to spawn" if approve else str(Status.REFUSED)) + f" (by {by})")
 
 
 def _since(value: str | None):

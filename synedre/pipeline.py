@@ -91,7 +91,7 @@ class AskStatus(StrEnum):
 
 class ApprovalStatus(StrEnum):
     """`approvals.status`: one request for the founder's OK (synedre/approvals)."""
-    OPEN = "open"
+    WAITING = "waiting"  # mailed, not decided yet
     APPROVED = "approved"
     REFUSED = "refused"
     EXPIRED = "expired"

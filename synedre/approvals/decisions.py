@@ -159,7 +159,7 @@ def decide(conn: Conn, message_id: int, *, approve: bool, by: str, reply_message
         """UPDATE synedre.approvals SET status = %s, decided_at = now(), decided_by = %s,
                   decision_message_id = %s, note = %s
             WHERE message_id = %s AND status = %s AND expires_at > now() RETURNING id, rule""",
-        (str(status), by, reply_message_id, note, message_id, str(ApprovalStatus.OPEN))).fetchone()
+        (str(status), by, reply_message_id, note, message_id, str(ApprovalStatus.WAITING))).fetchone()
     if row is None:
         return why_closed(conn, message_id)
     detail = {"approval_id": row["id"], "rule": row["rule"], "by": by, "reply_message_id": reply_message_id}
@@ -175,7 +175,7 @@ def why_closed(conn: Conn, message_id: int) -> str:
                        (message_id,)).fetchone()
     if row is None:
         return "no_request"
-    if row["status"] == ApprovalStatus.OPEN and row["late"]:
+    if row["status"] == ApprovalStatus.WAITING and row["late"]:
         return "request_expired"
     return f"request_already_{row['status']}"
 
@@ -185,7 +185,7 @@ def expire(conn: Conn, message_id: int) -> bool:
     row = conn.execute(
         """UPDATE synedre.approvals SET status = %s, decided_at = now(), decided_by = 'expiry'
             WHERE message_id = %s AND status = %s AND expires_at <= now() RETURNING id, rule, expires_at""",
-        (str(ApprovalStatus.EXPIRED), message_id, str(ApprovalStatus.OPEN))).fetchone()
+        (str(ApprovalStatus.EXPIRED), message_id, str(ApprovalStatus.WAITING))).fetchone()
     if row is None:
         return False
     done = runner.Done(Status.REFUSED, "approval_expired", {"approval_id": row["id"], "rule": row["rule"],

@@ -55,7 +55,7 @@ def run(message_id: int, s: Settings | None = None) -> runner.Result:
     row = _load(message_id)
     if row is None or "skip" in row:
         return row["skip"] if row else runner.Skip("no approval request")
-    if row["status"] != ApprovalStatus.OPEN:
+    if row["status"] != ApprovalStatus.WAITING:
         return runner.Skip(f"request already {row['status']}")
     if row["due"]:
         return _expire(row)
