@@ -316,8 +316,13 @@ class Browser:
 
     @property
     def alive(self) -> bool:
+        """Whether the browser answers: a round trip (a CDP session opened and closed), since
+        the sync API learns that Chromium died only when it next talks to it."""
         try:
-            return self._browser is not None and bool(self._browser.is_connected())
+            if self._browser is None or not self._browser.is_connected():
+                return False
+            self._browser.new_browser_cdp_session().detach()
+            return True
         except PlaywrightError:
             return False
 

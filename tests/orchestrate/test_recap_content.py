@@ -346,3 +346,61 @@ def test_a_failed_deploy_alert_gives_its_exit_code_and_the_tail_of_its_log(env):
     tail = text.split("Fin de son journal :", 1)[1]
     assert "building assets" in tail and 'error: migration 0042 failed: relation "pages" does not exist' in tail
     assert "Itérations : 3 lancement(s) sur un budget de 3" in text, text
+
+
+# ---- the pieces ----------------------------------------------------------------------------
+
+def test_an_image_the_html_names_goes_inline_and_the_others_stay_attachments(tmp_path):
+    from synedre.mail import outbound
+
+    shot, diff, log = tmp_path / "check-7.png", tmp_path / "check-7.diff.png", tmp_path / "deploy.log"
+    for p in (shot, diff):
+        p.write_bytes(b"\x89PNG\r\n\x1a\n" + p.name.encode())
+    log.write_text("log")
+    html = f'<p>x</p><img src="cid:{outbound.content_id(shot.name)}"><img src="cid:{outbound.content_id(diff.name)}">'
+    built = outbound.build("recap", 7, "<o@x.fr>", FOUNDER, "atlas@atelier-moreau.fr", "s", "le texte", html,
+                           [shot, diff, log, tmp_path / "gone.png"])
+    msg = built.message
+    assert plain(msg).strip() == "le texte"  # the text part, for clients without HTML
+    related = next(p for p in msg.walk() if p.get_content_type() == "multipart/related")
+    root, *inline = related.iter_parts()
+    assert root.get_content_type() == "text/html"
+    assert [(str(p["Content-ID"]), p.get_content_disposition(), p.get_content()) for p in inline] == [
+        (f"<{outbound.content_id(shot.name)}>", "inline", shot.read_bytes()),
+        (f"<{outbound.content_id(diff.name)}>", "inline", diff.read_bytes())]
+    assert [p.get_filename() for p in msg.iter_attachments()] == ["deploy.log"]
+    assert [s.name for s in built.skipped] == ["gone.png"]
+
+
+@pytest.mark.timeout(120)
+def test_a_qa_worker_keeps_one_browser_across_routes_and_relaunches_it_when_it_died(tmp_path, monkeypatch):
+    import psutil
+
+    from synedre.orchestrate import qa
+
+    site = start_site(tmp_path / "site")
+    monkeypatch.setattr(qa, "_keep", True)
+    try:
+        subprocess.run(["./deploy", "acme", "--preprod"], cwd=site.repo, check=True, capture_output=True, timeout=60)
+        first = qa.kept_browser(20)
+        assert first is not None and qa.kept_browser(20) is first  # route after route, the same one
+        assert qa.check_route(site.url, "/contact", tmp_path / "a.png", 20, browser=first).ok
+        for p in psutil.Process().children(recursive=True):
+            if "chrom" in p.name():
+                p.kill()
+        psutil.wait_procs([p for p in psutil.Process().children(recursive=True) if "chrom" in p.name()], timeout=10)
+        again = qa.kept_browser(20)
+        assert again is not None and again is not first and again.alive
+        assert qa.check_route(site.url, "/about", tmp_path / "b.png", 20, browser=again).ok
+        other: list = []
+        th = threading.Thread(target=lambda: other.append(qa.kept_browser(20)))
+        th.start()
+        th.join(10)
+        assert other == [None]  # another thread checks with a browser of its own
+    finally:
+        qa.close_kept_browser()
+        site.stop()
+    deadline = time.monotonic() + 10
+    while any("chrom" in p.name() for p in psutil.Process().children(recursive=True)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in psutil.Process().children(recursive=True) if "chrom" in p.name()]
