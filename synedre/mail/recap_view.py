@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from synedre.mail.outbound import content_id
+from synedre.pipeline import QaCheckStatus
 
 NOTHING_DEPLOYED = "Rien n'a été déployé (pas de code à vérifier)."
 DRAFT_TITLE = "Brouillon de réponse, à envoyer vous-même"
@@ -71,16 +72,16 @@ def route_line(route: dict[str, Any]) -> str:
     """One route for the text part: `/nos-services (déclarée : /services) : OK`."""
     page, declared = checked_page(route)
     name = page + (f" (déclarée : {declared})" if declared else "")
-    if route["status"] == "passed":
+    if route["status"] == QaCheckStatus.PASSED:
         return f"{name} : OK"
-    if route["status"] != "failed":
+    if route["status"] != QaCheckStatus.FAILED:
         return f"{name} : {route['status']}"
     return f"{name} : ÉCHEC — " + "; ".join(figures(route) or ["sans détail"])
 
 
 def deploy_lines(qa: dict[str, Any]) -> list[str]:
     """A failed deploy: its exit code and the tail of its log; nothing when it succeeded."""
-    if not qa.get("iteration") or qa.get("deployed"):
+    if not qa.get("iteration") or qa["deployed"]:
         return []
     tail = (qa.get("deploy_log") or "").splitlines()[-DEPLOY_TAIL_LINES:]
     return [f"Déploiement en préproduction ({qa.get('target')}) échoué : code de sortie "
@@ -121,7 +122,7 @@ def _img(path: Path | str | None, alt: str, caption: str) -> str:
 
 def _route_rows(route: dict[str, Any]) -> str:
     page, declared = checked_page(route)
-    ok = route["status"] == "passed"
+    ok = route["status"] == QaCheckStatus.PASSED
     name = f"<strong>{_e(page)}</strong>" + (
         f'<br><span style="font-size:13px;color:#666">déclarée : {_e(declared)}</span>' if declared else "")
     why = "".join(f'<br><span style="font-size:13px">{_e(f)}</span>' for f in ([] if ok else figures(route)))
@@ -169,4 +170,5 @@ def page(facts: dict[str, Any], draft: str, summary: str, commits: Sequence[str]
     return ('<!doctype html><html lang="fr"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width,initial-scale=1"><title>Atlas</title></head>'
             f'<body style="margin:0;padding:12px;background:#fff;color:#222;{_FONT};font-size:16px;'
-            f'line-height:1.45"><div style="max-width:640px;margin:0 auto;overflow-wrap:anywhere">{"".join(parts)}</div></body></html>')
+            f'line-height:1.45"><div style="max-width:640px;margin:0 auto;overflow-wrap:anywhere">'
+            f'{"".join(parts)}</div></body></html>')
