@@ -621,7 +621,8 @@ def _decide(message: str, *, approve: bool, reason: str | None) -> None:
         fail(f"message {mid}: nothing decided ({why.replace('_', ' ')})")
     if approve:
         enqueue("spawn", mid)
-    console.print(f"message {mid}: " + ("approved, handed to spawn" if approve else str(Status.REFUSED)) + f" (by {by})")
+    done = "approved, handed to spawn" if approve else str(Status.REFUSED)
+    console.print(f"message {mid}: {done} (by {by})")
 
 
 def _since(value: str | None):

@@ -1,5 +1,8 @@
 """Queue `qa`: routes re-resolved against the sitemap, then one browser check per route on
 any QA worker (`celery -A tasks worker -Q qa` scales them), joined in PostgreSQL (SPEC §9.3)."""
+from celery.signals import worker_process_init, worker_process_shutdown
+
+from synedre.orchestrate import qa as qa_checks
 from synedre.pipeline import Status
 from synedre.runner import Done
 from synedre.stages import qa as qa_stage
@@ -22,3 +25,13 @@ def qa(self, message_id: int) -> str:
 def qa_route(self, message_id: int) -> str:
     mid = bind(self, message_id)
     return advance(mid, qa_stage.check_one(mid))
+
+
+@worker_process_init.connect
+def _keep_browser(**_):
+    qa_checks.keep_browser()  # one Chromium per worker child, for route after route
+
+
+@worker_process_shutdown.connect
+def _close_browser(**_):
+    qa_checks.close_kept_browser()

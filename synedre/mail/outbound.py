@@ -234,14 +234,32 @@ def build(kind: str, message_db_id: int, original_message_id_header: str | None,
     msg["X-Synedre-Kind"] = kind
     # quoted-printable: 7-bit safe on any relay, and French text stays readable in the source
     msg.set_content(text, cte="quoted-printable")
+    kept, skipped = _read_attachments(attachments)
+    inline = {n for n, _ in kept if html is not None and f"cid:{content_id(n)}" in html}
     if html is not None:
         msg.add_alternative(html, subtype="html", cte="quoted-printable")
-    kept, skipped = _read_attachments(attachments)
+        html_part = list(msg.iter_parts())[-1]
+        for name, data in kept:  # text/html becomes multipart/related: the HTML, then its images
+            if name in inline:
+                html_part.add_related(data, *_mime_type(name), cid=f"<{content_id(name)}>", filename=name,
+                                      disposition="inline")
     for name, data in kept:
-        ctype, _ = mimetypes.guess_type(name)
-        maintype, _, subtype = (ctype or "application/octet-stream").partition("/")
-        msg.add_attachment(data, maintype=maintype, subtype=subtype, filename=name)
+        if name not in inline:
+            msg.add_attachment(data, *_mime_type(name), filename=name)
     return BuiltMail(msg, mid, tuple(n for n, _ in kept), tuple(skipped))
+
+
+def content_id(filename: str) -> str:
+    """The Content-ID (no angle brackets) of an attached file named `filename`: an HTML part
+    that shows it as `<img src="cid:...">` gets it inline, in a multipart/related beside
+    the HTML (`build`); a file the HTML does not name stays an attachment."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", Path(filename).name).strip("-.") + "@atlas.synedre.invalid"
+
+
+def _mime_type(name: str) -> tuple[str, str]:
+    ctype, _ = mimetypes.guess_type(name)
+    maintype, _, subtype = (ctype or "application/octet-stream").partition("/")
+    return maintype, subtype
 
 
 def appenduid(response: bytes | str | None) -> tuple[int, int] | None:

@@ -91,10 +91,12 @@ def summary(conn: Any, message_id: int) -> dict[str, Any]:
     if run is None:
         return {"deployed": False, "routes": []}
     routes = [{"route": c["declared"], "resolved": c["resolved"], "status": c["status"], "reasons": c["reasons"],
+               "http_status": c["http_status"],
                # files on this host, from the proofs QA stored (it may have run on another host)
                "screenshot": proofs.readable(conn, c["screenshot_proof"], c["screenshot"], "screenshot.png"),
                "diff_image": proofs.readable(conn, c["diff_proof"], c["diff_image"], "diff.png"),
                "detail": json.loads(json.dumps(c["detail"]))}
               for c in conn.execute("SELECT * FROM synedre.qa_checks WHERE qa_run_id = %s ORDER BY id", (run["id"],))]
     return {"deployed": bool(run["deploy_ok"]), "target": run["target"], "iteration": run["iteration"],
-            "verdict": run["verdict"], "deploy_log": run["deploy_log"], "routes": routes}
+            "verdict": run["verdict"], "deploy_log": run["deploy_log"], "deploy_exit_code": run["deploy_exit_code"],
+            "routes": routes}

@@ -27,9 +27,11 @@ process (a Celery prefork or threads worker).
 """
 from __future__ import annotations
 
+import atexit
 import difflib
 import os
 import re
+import threading
 import xml.etree.ElementTree as ET
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -312,11 +314,76 @@ class Browser:
         finally:
             self._pw.stop()
 
+    @property
+    def alive(self) -> bool:
+        """Whether the browser answers: a round trip (a CDP session opened and closed), since
+        the sync API learns that Chromium died only when it next talks to it."""
+        try:
+            if self._browser is None or not self._browser.is_connected():
+                return False
+            self._browser.new_browser_cdp_session().detach()
+            return True
+        except PlaywrightError:
+            return False
+
     def new_context(self) -> Any:
         ctx = self._browser.new_context(viewport=VIEWPORT, device_scale_factor=1, service_workers="block")
         ctx.set_default_timeout(self.timeout_s * 1000)
         ctx.set_default_navigation_timeout(self.timeout_s * 1000)
         return ctx
+
+
+# A QA worker checks route after route: starting Playwright's driver and a Chromium for
+# each costs seconds of the recap's latency. A process that calls `keep_browser` (each
+# Celery child, tasks/qa.py) keeps one Chromium for its checks instead: relaunched when it
+# died, after `KEPT_MAX_USES` checks or for another timeout, closed at the child's
+# shutdown (and at exit). It belongs to the thread that launched it, as Playwright's sync
+# API does: any other thread gets None, and its check starts a Chromium of its own.
+KEPT_MAX_USES = 200  # a long-lived Chromium only grows: a fresh one now and then
+
+
+@dataclass
+class _Kept:
+    browser: Browser
+    thread: int
+    timeout_s: float
+    uses: int = 0
+
+
+_kept: _Kept | None = None
+_keep = False
+
+
+def keep_browser() -> None:
+    global _keep
+    if not _keep:
+        _keep = True
+        atexit.register(close_kept_browser)
+
+
+def kept_browser(timeout_s: float) -> Browser | None:
+    """This process's browser, launched (`BrowserUnavailable` if it cannot be) or relaunched
+    as needed; None when the process keeps none (the check starts its own)."""
+    global _kept
+    if not _keep or (_kept is not None and _kept.thread != threading.get_ident()):
+        return None
+    if _kept is not None and (_kept.timeout_s != timeout_s or _kept.uses >= KEPT_MAX_USES or not _kept.browser.alive):
+        close_kept_browser()
+    if _kept is None:
+        _kept = _Kept(Browser(timeout_s).__enter__(), threading.get_ident(), timeout_s)
+    _kept.uses += 1
+    return _kept.browser
+
+
+def close_kept_browser() -> None:
+    global _kept
+    kept, _kept = _kept, None
+    if kept is None or kept.thread != threading.get_ident():
+        return
+    try:
+        kept.browser.__exit__(None, None, None)
+    except PlaywrightError:
+        pass  # the driver is gone already, and the browser with it
 
 
 def _first_line(e: PlaywrightError) -> str:

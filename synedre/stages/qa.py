@@ -117,7 +117,7 @@ def check_one(message_id: int, s: Settings | None = None) -> runner.Result:
     shot = shots_dir(s, message_id, run["id"]) / f"check-{row['id']}.png"
     try:
         result = qa.check_route(run["base_url"], row["resolved"], shot, s.qa_timeout_s, mockup, s.iso_threshold,
-                                redact=secrets.redactor(s).redact_text)
+                                browser=qa.kept_browser(s.qa_timeout_s), redact=secrets.redactor(s).redact_text)
         reasons, detail = list(result.reasons), _detail(result)
     except (qa.BrowserUnavailable, iso.IsoError) as exc:  # no browser here, an unreadable mock-up
         result, reasons, detail = None, ["browser_error"], {"error": str(exc)[:300]}

@@ -3,16 +3,18 @@ message acted on — never to anyone else — through the mail facade (draft, th
 that draft's id, exactly once), with the QA screenshots as proof and the draft reply."""
 from __future__ import annotations
 
-import html as html_lib
 import secrets
 from pathlib import Path
 from typing import Any
 
 from synedre import ai, db, runner
-from synedre.config import Settings
+from synedre.classify.split import split_cover_quoted
+from synedre.config import Settings, get_settings
 from synedre.db import launches, messages
+from synedre.ingest.mime import body_text
 from synedre.log import log
-from synedre.mail import outbound
+from synedre.mail import outbound, recap_view
+from synedre.mail.recap_view import DRAFT_TITLE, NOTHING_DEPLOYED, route_line
 from synedre.orchestrate import iterations
 from synedre.orchestrate.contract import contract_of
 from synedre.pipeline import ALERTED, BY_NAME, Status
@@ -40,7 +42,14 @@ def _facts(conn: Any, message_id: int) -> dict[str, Any]:
     launch = launches.latest(conn, message_id) or {}
     draft = conn.execute("SELECT body FROM synedre.reply_drafts WHERE message_id = %s", (message_id,)).fetchone()
     return {**head, "launch": launch, "contract": contract_of(launch) if launch else None,
-            "qa": iterations.summary(conn, message_id), "draft": draft and draft["body"]}
+            "qa": iterations.summary(conn, message_id), "draft": draft and draft["body"],
+            "cover": _cover(conn, message_id)}
+
+
+def _cover(conn: Any, message_id: int) -> str:
+    """The client's own words (the body above any quotation), cut for the recap."""
+    row = conn.execute("SELECT raw FROM synedre.raw_messages WHERE id = %s", (message_id,)).fetchone()
+    return recap_view.excerpt(split_cover_quoted(body_text(bytes(row["raw"]))).cover) if row else ""
 
 
 def draft_reply(facts: dict[str, Any]) -> tuple[str, str]:
@@ -61,28 +70,36 @@ def draft_reply(facts: dict[str, Any]) -> tuple[str, str]:
 
 
 def compose(facts: dict[str, Any], draft: str) -> tuple[str, str, list[Path]]:
-    """(text, html, attachments) of the recap: asked, intent, done, QA per route, cost, draft."""
+    """(text, html, attachments) of the recap: asked, intent, done, QA per route (the page
+    checked, with its figures when it failed), cost, draft. The HTML shows each route's
+    screenshot inline (`cid:`, see `outbound.content_id`), its mock-up diff beside it."""
     c, qa = facts["contract"], facts["qa"]
+    summary, commits = (c.summary_md if c else "") or "(aucun résumé)", list(c.commits) if c else []
     lines = [f"Demande : {facts['subject'] or '(sans objet)'} (de {facts['envelope_from'] or '?'})",
-             f"Intention : {facts['intent']}/{facts['complexity']}",
-             "", "Ce que l'agent a fait :", (c.summary_md if c else "") or "(aucun résumé)"]
-    commits = c.commits if c else []
+             f"Intention : {facts['intent']}/{facts['complexity']}"]
+    if facts.get("cover"):
+        lines += ["", "Le message :", facts["cover"]]
+    lines += ["", "Ce que l'agent a fait :", summary]
     if commits:
         lines += ["", "Commits : " + ", ".join(commits)]
     shots: list[Path] = []
     if qa["routes"]:
         lines += ["", f"Vérification en préproduction ({qa.get('target')}, itération {qa.get('iteration')}) :"]
         for r in qa["routes"]:
-            lines.append(f"- {r['route']} : {'OK' if r['status'] == 'passed' else 'ÉCHEC ' + ', '.join(r['reasons'])}")
-            shots += [Path(p) for p in (r["screenshot"], r["diff_image"]) if p]
+            lines.append(f"- {route_line(r)}")
+            shots += _proofs(r)
     else:
-        lines += ["", "Rien n'a été déployé (pas de code à vérifier)."]
-    lines += ["", f"Coût : {float(facts['cost']):.2f} USD ({facts['launches']} lancement(s))",
-              "", "Brouillon de réponse, à envoyer vous-même :", "", draft]
-    text = "\n".join(lines)
-    html = "<html><body><pre style='font-family:sans-serif;white-space:pre-wrap'>" + html_lib.escape(text) + \
-           "</pre></body></html>"
-    return text, html, shots
+        lines += ["", NOTHING_DEPLOYED]
+    lines += ["", _cost(facts), "", DRAFT_TITLE + " :", "", draft]
+    return "\n".join(lines), recap_view.page(facts, draft, summary, commits), shots
+
+
+def _cost(facts: dict[str, Any]) -> str:
+    return f"Coût : {float(facts['cost']):.2f} USD ({facts['launches']} lancement(s))"
+
+
+def _proofs(route: dict[str, Any]) -> list[Path]:
+    return [Path(p) for p in (route["screenshot"], route["diff_image"]) if p]
 
 
 def run(message_id: int, s: Settings | None = None) -> runner.Result:
@@ -118,11 +135,15 @@ def _work(claim: runner.Claim, facts: dict[str, Any]) -> runner.Done | runner.He
 
 def alert(message_id: int, s: Settings | None = None) -> str:
     """The founder's alert for a message that ended in a failure after its launch
-    (escalated, orchestration_failed, spawn_failed with its salvage). Once per message."""
+    (escalated, orchestration_failed, spawn_failed with its salvage). Once per message.
+    It states each failure with its figure: a failed deploy's exit code and the tail of
+    its log, each route's HTTP status or share of pixels unlike its mock-up, and the
+    launches made against the iteration budget."""
     with db.transaction() as conn:
         facts = _facts(conn, message_id)
         events = [r["event"] for r in conn.execute(
             "SELECT event FROM synedre.audit_log WHERE message_id = %s ORDER BY id DESC LIMIT 5", (message_id,))]
+        spent = iterations.budget(conn, message_id, s or get_settings())
     if facts["status"] not in ALERTED:
         return f"nothing to alert (status {facts['status']})"
     launch, qa = facts["launch"], facts["qa"]
@@ -138,10 +159,13 @@ def alert(message_id: int, s: Settings | None = None) -> str:
     if facts["status"] == Status.MERGE_FAILED:
         lines += [f"L'agent a réussi, mais ses commits n'ont pas été fusionnés : {salvage.get('merge')}",
                   f"Ils restent sur la branche {launch.get('branch')} ; le tronc n'a pas changé."]
+    lines += recap_view.deploy_lines(qa)
     shots: list[Path] = []
     for r in qa["routes"]:
-        lines.append(f"- {r['route']} : {r['status']} {', '.join(r['reasons'])}")
-        shots += [Path(p) for p in (r["screenshot"], r["diff_image"]) if p]
+        lines.append(f"- {route_line(r)}")
+        shots += _proofs(r)
+    lines.append(f"Itérations : {spent.done} lancement(s) sur un budget de {spent.limit}"
+                 + (" (budget de conformité à la maquette)" if spent.only_iso else ""))
     text = "\n".join(lines)
     try:
         sent = outbound.send_to_founder(db.transaction, facts["mailbox"], message_id, "alert",

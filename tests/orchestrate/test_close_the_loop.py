@@ -130,7 +130,7 @@ def test_a_broken_page_is_caught_iterated_fixed_and_one_recap_reaches_the_founde
     original = q(url, "SELECT message_id FROM synedre.raw_messages WHERE id = %s", mid)[0][0]
     assert msg["In-Reply-To"].strip() == original and original in msg["References"]
     assert msg["Subject"].startswith("[Atlas] ")
-    shots = [p for p in msg.iter_attachments() if p.get_content_type() == "image/png"]
+    shots = [p for p in msg.walk() if p.get_content_type() == "image/png"]  # inline, beside the HTML
     assert shots and shots[-1].get_content()[:8] == b"\x89PNG\r\n\x1a\n"
     body = msg.get_body(("plain",)).get_content()
     assert "/contact : OK" in body and DRAFT in body
