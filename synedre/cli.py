@@ -967,7 +967,7 @@ def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to 
 
 def _fleet_preflight(s: Settings, with_flower: bool) -> dict[str, Any]:
     """What the fleet cannot start without, each refused in one line: the mailboxes and
-    their passwords, Flower's credentials when asked for, a reachable Redis."""
+    their passwords, Flower's credentials when asked for, the approval policy, a reachable Redis."""
     from synedre import kv, mailboxes
 
     try:
@@ -978,6 +978,12 @@ def _fleet_preflight(s: Settings, with_flower: bool) -> dict[str, Any]:
         fail(str(exc), USAGE)
     if with_flower and (why := s.flower_auth()[1]):
         fail(f"--flower: {why}: Flower never runs without authentication", USAGE)
+    from synedre.approvals import policy
+
+    try:  # a policy the fleet cannot read would hold (or release) launches nobody meant to
+        policy.load(s.approval_policy_file)
+    except policy.PolicyError as exc:
+        fail(f"SYNEDRE_APPROVAL_POLICY_FILE: {exc}", USAGE)
     kv.client().ping()  # Redis down: one line and exit 3, through the one error path
     return boxes
 
