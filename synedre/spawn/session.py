@@ -101,11 +101,11 @@ def expired(conn: Conn, launch_ids: list[int], retention_h: float) -> list[int]:
     rows = conn.execute(
         """SELECT l.id FROM synedre.launches l JOIN synedre.email_states s ON s.message_id = l.message_id
             WHERE l.id = ANY(%(ids)s) AND l.status <> %(running)s AND (
-                  l.ended_at < now() - make_interval(hours => %(hours)s)
+                  l.ended_at < now() - make_interval(secs => %(secs)s)
                OR l.attempt <> s.launch_attempt
                OR (s.status = ANY(%(terminal)s) AND NOT (s.status = %(failed)s
                    AND coalesce(l.salvage->>'resumable', 'false') = 'true')))""",
-        {"ids": launch_ids, "running": str(LaunchStatus.RUNNING), "hours": float(retention_h),
+        {"ids": launch_ids, "running": str(LaunchStatus.RUNNING), "secs": float(retention_h) * 3600,
          "terminal": [str(x) for x in TERMINAL], "failed": str(Status.SPAWN_FAILED)}).fetchall()
     return [r["id"] for r in rows]
 

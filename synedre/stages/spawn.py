@@ -518,8 +518,10 @@ def _resume(message_id: int, s: Settings, stop: threading.Event, launch_id: int,
             why = found if isinstance(found, str) else "a later launch or resume took it"
             return runner.Skip(f"launch #{launch_id} not resumed: {why}")
         state = conn.execute(
-            """SELECT s.*, r.raw, r.subject FROM synedre.email_states s
-                 JOIN synedre.raw_messages r ON r.id = s.message_id WHERE s.message_id = %s""",
+            """SELECT s.*, r.mailbox, r.message_id AS message_id_header, r.envelope_from, r.subject,
+                      r.dkim_pass, r.raw
+                 FROM synedre.email_states s JOIN synedre.raw_messages r ON r.id = s.message_id
+                WHERE s.message_id = %s""",
             (message_id,)).fetchone()
         assert state is not None  # `resumable` found it in this transaction
         msg = ParsedMessage.read(conn, state)
