@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import shutil
 import stat
 import subprocess
@@ -216,3 +217,45 @@ def test_launch_resume_continues_a_hard_timed_out_launch_in_its_session(services
     with __import__("psycopg").connect(url, autocommit=True) as conn:
         conn.execute("UPDATE synedre.launches SET ended_at = now() - interval '73 hours' WHERE id = %s", (launch_id,))
     assert session.prune(state, 72.0) == [launch_id] and not store.exists()
+
+
+def second_token(state: Path) -> str:
+    return (state / "launches" / "2" / session.TOKEN_NAME).read_text()
+
+
+def test_another_launchs_agent_cannot_read_a_session_store(services, launch_env, repo, tmp_path):
+    url, state = services["db"], tmp_path / "state"
+    first, second = make_launchable(url, tmp_path, n=2)
+    from tasks.app import app
+    api, env = launch_env(ScriptedModel([[bash(FINISH)]]))
+    worker = stack.celery_worker(env, services["logs"], queues="spawn")
+    try:
+        app.send_task("synedre.spawn", args=[first])
+        stack.wait_for(lambda: finished(url, 1), 60, "the first launch", interval=0.5)
+    finally:
+        worker.stop()
+    (launch_id, session_id), = q(url, "SELECT id, session_id FROM synedre.launches")
+    store = assert_private_store(state, launch_id, session_id)
+    transcript, = store.glob(f"projects/*/{session_id}.jsonl")
+    token = (state / "launches" / str(launch_id) / session.TOKEN_NAME).read_text()
+    assert f"<<<COVER {token}>>>" in transcript.read_text()
+    read = {"type": "tool_use", "name": "Read", "input": {"file_path": str(transcript)}}
+    glob = {"type": "tool_use", "name": "Grep", "input": {"pattern": token, "path": str(store)}}
+    api, env = launch_env(ScriptedModel([[bash(f"cat {transcript}; ls -R {store}; echo RC=$?")], [read], [glob],
+                                         [bash(FINISH)]]))
+    worker = stack.celery_worker(env, services["logs"], queues="spawn")
+    try:
+        app.send_task("synedre.spawn", args=[second])
+        stack.wait_for(lambda: finished(url, 2), 60, "the second launch", interval=0.5)
+    finally:
+        worker.stop()
+    # the first session's request (its fence token) reached nothing the second agent sent on
+    sent = json.dumps([r.body for r in api.main_requests()])
+    assert set(re.findall(r"<<<COVER ([0-9a-f]{32})>>>", sent)) == {second_token(state)} != {token}
+    results = [b for r in api.main_requests()[-1:] for m in r.body["messages"] if m["role"] == "user"
+               and isinstance(m["content"], list) for b in m["content"] if b.get("type") == "tool_result"]
+    # Bash: the sandbox hides the state directory; Read and Grep: outside the working directories
+    assert "No such file or directory" in json.dumps(results[0]) and "RC=2" in json.dumps(results[0]), results[0]
+    assert all(b.get("is_error") and "blockFileToolReadsOutsideWorkingDirectories" in json.dumps(b)
+               for b in results[1:3]), results
+    assert transcript.is_file()
