@@ -632,7 +632,7 @@ def launch_resume(message: str = typer.Argument(..., help="Message-ID header val
     audit as a launch, its events going on in the same stream. Exits 1 when it cannot be resumed."""
     from synedre import db, kv
     from synedre.db import messages
-    from synedre.spawn import locks as spawn_locks
+    from synedre.spawn import locks as spawn_locks, session
     from synedre.stages import spawn as stage
     from tasks.app import app as celery
 
@@ -644,6 +644,8 @@ def launch_resume(message: str = typer.Argument(..., help="Message-ID header val
         found = stage.resumable(conn, mid, get_settings())
     if isinstance(found, str):
         fail(f"message {mid}: not resumable: {found}")
+    if session.gone(get_settings().state_dir, found["id"], found["session_id"]):
+        fail(f"message {mid}: not resumable: launch #{found['id']}'s session store is no longer on this host")
     if paused := spawn_locks.spawn_disabled(kv.client(), get_settings().spawn_disabled):
         fail(f"launches are paused ({paused}): `synedre spawn resume` first")
     celery.send_task("synedre.spawn_resume", args=[mid, found["id"], found["attempt"]])

@@ -47,6 +47,13 @@ def has_session(state_dir: Path, launch_id: int, session_id: str) -> bool:
     return any(store(home_of(state_dir, launch_id)).glob(f"projects/*/{session_id}.jsonl"))
 
 
+def gone(state_dir: Path, launch_id: int, session_id: str) -> bool:
+    """Whether this host ran the launch (its agent home is here, and readable) and its session
+    is no longer there; False when another host ran it, or this process cannot tell."""
+    home = home_of(state_dir, launch_id)
+    return os.access(home, os.R_OK | os.X_OK) and not has_session(state_dir, launch_id, session_id)
+
+
 def keep_token(base: Path, token: str) -> None:
     """The launch's fence token, 0600 in its fleet-private directory, for a resumed run."""
     fd = os.open(base / TOKEN_NAME, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -259,3 +259,38 @@ def test_another_launchs_agent_cannot_read_a_session_store(services, launch_env,
     assert all(b.get("is_error") and "blockFileToolReadsOutsideWorkingDirectories" in json.dumps(b)
                for b in results[1:3]), results
     assert transcript.is_file()
+
+
+def test_an_idle_stop_is_not_resumed_once_the_message_reached_its_spending_cap(services, launch_env, tmp_path):
+    url = services["db"]
+    mid, = make_launchable(url, tmp_path)
+    api, env = launch_env(ScriptedModel([[bash(EARLY)], Sleep(30, once=True), [bash(FINISH)]]),
+                          SYNEDRE_IDLE_TIMEOUT_S="4", SYNEDRE_MAX_MESSAGE_COST_USD="20")
+    worker = stack.celery_worker(env, services["logs"], queues="spawn")
+    try:
+        from tasks.app import app
+        app.send_task("synedre.spawn", args=[mid])
+        stack.wait_for(lambda: len(api.main_requests()) >= 2, 60, "the agent's silent turn")
+        with __import__("psycopg").connect(url, autocommit=True) as conn:  # spent meanwhile, as far as we know
+            conn.execute("UPDATE synedre.launches SET cost_usd = 25 WHERE message_id = %s", (mid,))
+        stack.wait_for(lambda: finished(url, 1), 60, "the launch to end", interval=0.5)
+    finally:
+        worker.stop()
+    (status, stop, code, salvage), = q(url, "SELECT status, stop_reason, exit_code, salvage FROM synedre.launches")
+    assert (status, stop, code, salvage["resumable"]) == ("failed", "idle", 125, True)
+    skipped = [d for e, d in audits(url, mid) if e == "spawn_resume_skipped"]
+    assert len(skipped) == 1 and "message cost 25" in skipped[0]["reason"], audits(url, mid)
+    assert "spawn_resumed" not in [e for e, _ in audits(url, mid)]
+    assert not any(RESUMED in json.dumps(r.body) for r in api.main_requests())
+
+
+def test_a_store_gone_from_the_host_that_ran_its_launch_is_told_from_one_on_another_host(tmp_path):
+    state = tmp_path / "state"
+    assert not session.gone(state, 7, "sid")  # never here: another host ran it
+    transcript = session.store(session.home_of(state, 7)) / "projects" / "-w" / "sid.jsonl"
+    transcript.parent.mkdir(parents=True)
+    transcript.write_text("{}\n")
+    assert session.has_session(state, 7, "sid") and not session.gone(state, 7, "sid")
+    assert session.local_launches(state) == [7]
+    assert session.remove(state, 7) and not session.remove(state, 7)
+    assert session.gone(state, 7, "sid") and session.local_launches(state) == []
