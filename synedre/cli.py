@@ -71,6 +71,8 @@ report_app = _typer("Reports.")
 app.add_typer(report_app, name="report")
 spawn_app = _typer("The launch kill switch (durable, fleet-wide).")
 app.add_typer(spawn_app, name="spawn")
+launch_app = _typer("One message's launch, by hand.")
+app.add_typer(launch_app, name="launch")
 # A terminal's width (or COLUMNS); piped elsewhere, whole lines (rich would assume 80).
 PIPE_WIDTH = 400
 console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH)
@@ -726,6 +728,34 @@ def spawn_status() -> None:
                              "disabled_reason": locks.spawn_disabled(r, s.spawn_disabled),
                              "slots_in_use": locks.LaunchSemaphore(r, limit=s.max_concurrent_launches).in_use(),
                              "limit": s.max_concurrent_launches})
+
+
+@launch_app.command("resume")
+def launch_resume(message: str = typer.Argument(..., help="Message-ID header value or internal id")) -> None:
+    """Resume a message's last launch, stopped by a timeout (or the loss of its worker), in its
+    recorded session: a spawn worker continues the same launch, with the same claim, caps and
+    audit as a launch, its events going on in the same stream. Exits 1 when it cannot be resumed."""
+    from synedre import db, kv
+    from synedre.db import messages
+    from synedre.spawn import locks as spawn_locks, session
+    from synedre.stages import spawn as stage
+    from tasks.app import app as celery
+
+    need_database()
+    with db.transaction() as conn:
+        mid = messages.lookup(conn, message)
+        if mid is None:
+            fail(f"no message {message!r}")
+        found = stage.resumable(conn, mid, get_settings())
+    if isinstance(found, str):
+        fail(f"message {mid}: not resumable: {found}")
+    if session.gone(get_settings().state_dir, found["id"], found["session_id"]):
+        fail(f"message {mid}: not resumable: launch #{found['id']}'s session store is no longer on this host")
+    if paused := spawn_locks.spawn_disabled(kv.client(), get_settings().spawn_disabled):
+        fail(f"launches are paused ({paused}): `synedre spawn resume` first")
+    celery.send_task("synedre.spawn_resume", args=[mid, found["id"], found["attempt"]])
+    console.print(f"message {mid}: launch #{found['id']} (stopped: {found['stop_reason']}) enqueued to resume"
+                  f" in its session; `synedre tail {mid}` follows it", soft_wrap=True)
 
 
 @app.command()

@@ -74,6 +74,10 @@ class Settings(BaseSettings):
     approval_policy_file: Path = ROOT / "approval-policy.toml"
     max_concurrent_launches: Count = 3
     spawn_slot_retry_s: Seconds = 30.0  # a launch finding every slot taken comes back after this
+    # Resume: a launch stopped by the idle timeout is resumed once in its session (`--resume`)
+    # while its budget remains; a session store kept for a resume goes after this many hours.
+    auto_resume: bool = True
+    session_retention_h: Annotated[float, Field(gt=0)] = 72.0
     # The OS user the agent runs as when the worker is root (scripts/system-deps creates it):
     # it owns its clone and home, cannot read the worker's environment nor the state
     # directory, and IS_SANDBOX is then not set. A worker that is not root runs the agent as

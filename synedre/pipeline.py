@@ -180,9 +180,10 @@ STAGES: tuple[Stage, ...] = (
           (Status.ACTIONED,), ENTRY_WAIT_S),
 )
 BY_NAME = {s.name: s for s in STAGES}
-# Housekeeping tasks that are not stages; they run on the ingest workers' queue.
+# Tasks that are not stages, and their queues (housekeeping on the ingest workers' mostly; an
+# operator's resume of a launch on the spawn workers').
 HOUSEKEEPING = {"sweep": "poll", "spawn_select": "poll", "lock_watchdog": "poll", "alert": "recap",
-                "report_calibration": "recap"}
+                "report_calibration": "recap", "spawn_resume": "spawn"}
 
 
 class WorkerGroup(NamedTuple):

@@ -18,7 +18,7 @@ stage whose verdict depends on rows it writes with it (the QA plan counts the ro
 recorded). Claim, work, write: the claim is one short transaction; the write a second one
 that succeeds only while the claim's attempt still owns the message; between the two the
 claim is a lease renewed in the background, and an error hands the message back to its
-entry status at once (audit `stage_error`). The launch (spawn), the QA verdict, the
+entry status at once (audit `stage_error`). The launch (spawn) and its resume, the QA verdict, the
 escalation, the sweep's reclaim, an operator's retry and the admission of a new message are
 the other doors here, each conditional on the status it leaves.
 """
@@ -322,6 +322,38 @@ def claim_launch(conn: Conn, message_id: int, *, iteration: int = 1, **launch: A
     return launches.insert(conn, message_id, row["launch_attempt"], iteration=iteration, **launch)
 
 
+def claim_resume(conn: Conn, message_id: int, launch_id: int, attempt: int) -> LaunchClaim | None:
+    """Take the message back for its last launch, stopped resumable (`synedre launch resume`):
+    from `spawn_failed` to `spawning` with a new attempt, only while that launch (`launch_id`,
+    claimed by `attempt`) is still the message's last, failed with a session recorded. The
+    same launch row runs again: its attempt moves on with the message's, it is `running`
+    again, audited `spawn_resumed`. None when it is not resumable any more."""
+    row = conn.execute(
+        """UPDATE synedre.email_states s
+               SET status = %(to)s, launch_attempt = s.launch_attempt + 1,
+                   updated_at = now(), status_at = now(), claimed_at = now(),
+                   waiting_reason = NULL, waiting_until = NULL
+             WHERE s.message_id = %(id)s AND s.status = %(from)s AND s.launch_attempt = %(attempt)s
+               AND EXISTS (SELECT 1 FROM synedre.launches l WHERE l.id = %(launch)s
+                              AND l.message_id = s.message_id AND l.attempt = s.launch_attempt
+                              AND l.status = %(failed)s AND l.session_id IS NOT NULL
+                              AND coalesce(l.salvage->>'resumable', 'false') = 'true')
+            RETURNING s.launch_attempt""",
+        {"to": str(SPAWN.running), "id": message_id, "from": str(Status.SPAWN_FAILED), "attempt": attempt,
+         "launch": launch_id, "failed": str(LaunchStatus.FAILED)}).fetchone()
+    if row is None:
+        return None
+    stopped = conn.execute(
+        """UPDATE synedre.launches l
+               SET attempt = %s, status = %s, stop_reason = NULL, ended_at = NULL, exit_code = NULL
+              FROM (SELECT stop_reason FROM synedre.launches WHERE id = %s) old
+            WHERE l.id = %s RETURNING old.stop_reason""",
+        (row["launch_attempt"], str(LaunchStatus.RUNNING), launch_id, launch_id)).fetchone()
+    audit(conn, message_id, "spawn_resumed", attempt=row["launch_attempt"], launch_id=launch_id,
+          after=stopped["stop_reason"] if stopped else None, by="operator")
+    return LaunchClaim(message_id, row["launch_attempt"], launch_id)
+
+
 def finish_launch(conn: Conn, c: LaunchClaim, done: Done, *, outcome: LaunchStatus, reason: str,
                   **fields: Any) -> None:
     """End the launch: its row, the message's status and the audit, fenced by the launch's
@@ -409,5 +441,5 @@ def reenter(conn: Conn, message_id: int, from_stage: str | None, *, reason: str,
 
 
 __all__ = ["CLAIM_LEASE_S", "Claim", "Done", "FencedOut", "Held", "Result", "RetryRefused", "Skip",
-           "Write", "admit", "claim", "claim_launch", "finish_launch", "move", "reclaim_stale", "reenter",
-           "retry_target", "run", "run_in_claim", "set_waiting", "settle", "why_not", "working"]
+           "Write", "admit", "claim", "claim_launch", "claim_resume", "finish_launch", "move", "reclaim_stale",
+           "reenter", "retry_target", "run", "run_in_claim", "set_waiting", "settle", "why_not", "working"]

@@ -8,7 +8,7 @@ from synedre import incidents, kv
 from synedre.config import get_settings
 from synedre.db import launches
 from synedre.log import log
-from synedre.spawn import agent, locks, workspace
+from synedre.spawn import agent, locks, session, workspace
 from synedre.stages import spawn as stage
 from tasks._common import RETRY, advance, bind
 from tasks.app import app, enqueue
@@ -36,6 +36,10 @@ def _prune_clones(sender=None, **_):
     # older than any launch could still be running in it
     pruned = workspace.prune_stale(agent.clones_root(s, agent.user(s)), s.hard_timeout_s + 600)
     log.info("clones_pruned", count=len(pruned))
+    try:  # the session stores no resume can need: on this host's disk, which the sweep may not see
+        session.prune(s.state_dir, s.session_retention_h)
+    except Exception as exc:  # never stop a worker from starting; the sweep is the safety net
+        log.warning("sessions_prune_failed", error=f"{type(exc).__name__}: {exc}"[:200])
 
 
 @app.task(name="synedre.spawn", bind=True, time_limit=get_settings().hard_timeout_s + 600,
@@ -57,6 +61,19 @@ def spawn(self, message_id: int) -> str:
         except locks.LaunchGuardUnavailable:
             pass  # Redis is down: the retry below is still this message's only task
         raise self.retry(exc=exc, countdown=delay) from None
+    return advance(mid, result)
+
+
+@app.task(name="synedre.spawn_resume", bind=True, time_limit=get_settings().hard_timeout_s + 600,
+          max_retries=240, **{k: v for k, v in RETRY.items() if k != "max_retries"})
+def spawn_resume(self, message_id: int, launch_id: int, attempt: int) -> str:
+    """`synedre launch resume`: the message's last launch goes on in its session. The attempt
+    it resumes fences a redelivered copy of this task out (its claim finds a later attempt)."""
+    mid = bind(self, message_id)
+    try:
+        result = stage.resume(mid, int(launch_id), int(attempt), stop=_stopping)
+    except (stage.NoSlot, locks.LaunchGuardUnavailable) as exc:  # as a launch: come back later
+        raise self.retry(exc=exc, countdown=get_settings().spawn_slot_retry_s) from None
     return advance(mid, result)
 
 

@@ -3,7 +3,7 @@ from synedre import incidents, kv, mailboxes
 from synedre.config import get_settings
 from synedre.log import log
 from synedre.pipeline import STAGES
-from synedre.spawn import locks
+from synedre.spawn import locks, session
 from synedre.spawn.locks import MessageLock
 from synedre.sweep import (
     broker_epoch_lost,
@@ -41,7 +41,17 @@ def sweep() -> int:
         if launch_locks_trusted(r) else []
     for mid in lost:  # the founder hears of a launch lost with its worker
         enqueue("alert", mid)
+    _prune_sessions()
     return len(stuck) + len(lost)
+
+
+def _prune_sessions() -> None:
+    """The launches' session stores on this host that no resume can need any more go."""
+    s = get_settings()
+    try:
+        session.prune(s.state_dir, s.session_retention_h)
+    except Exception as exc:  # housekeeping: never what stops the sweep
+        log.warning("sessions_prune_failed", error=f"{type(exc).__name__}: {exc}"[:200])
 
 
 def _mailboxes() -> list[str]:

@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[list[str], set[str]]] = {
     "spawn pause": (["spawn", "pause", "--reason", "test"], {"redis"}),
     "spawn status": (["spawn", "status"], {"redis"}),
     "spawn resume": (["spawn", "resume"], DATA | {"redis"}),
+    "launch resume": (["launch", "resume", "1"], DATA),  # no message 1: refused before Redis
     "agents": (["agents"], DATA),
     "agent ask": (["agent", "ask", "nobody", "a question"], DATA),
     "directory import": (["directory", "import", str(stack.ROOT / "directory.example.json")], DATA),

@@ -123,6 +123,13 @@ def add_events(conn: Conn, c: LaunchClaim, first_seq: int,
     return first_seq + len(batch)
 
 
+def next_seq(conn: Conn, launch_id: int) -> int:
+    """Where the launch's stream goes on (a resumed launch)."""
+    row = conn.execute("SELECT coalesce(max(seq) + 1, 0) AS n FROM synedre.launch_events WHERE launch_id = %s",
+                       (launch_id,)).fetchone()
+    return int(row["n"]) if row else 0
+
+
 def latest(conn: Conn, message_id: int) -> dict[str, Any] | None:
     """The message's last launch row."""
     return conn.execute("SELECT * FROM synedre.launches WHERE message_id = %s ORDER BY attempt DESC LIMIT 1",

@@ -36,6 +36,8 @@ def env(s: Settings, context: str, home: Path, contract_path: Path | None = None
            "LANG": "C.UTF-8",
            "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
            "CLAUDE_CODE_TMPDIR": str(home / "tmp"), "SYNEDRE_WORKER_CONTEXT": context,
+           # the CLI's own files, its session store among them: in this home alone (spawn/session.py)
+           "CLAUDE_CONFIG_DIR": str(home / ".claude"),
            "GIT_AUTHOR_NAME": "Atlas", "GIT_AUTHOR_EMAIL": "atlas@synedre.invalid",
            "GIT_COMMITTER_NAME": "Atlas", "GIT_COMMITTER_EMAIL": "atlas@synedre.invalid"}
     key, _ = s.resolve_key("anthropic")

@@ -102,7 +102,7 @@ def _fit_arg(text: str, what: str) -> str:
 
 def build_argv(claude_bin: str, *, add_dir: str | Path | Sequence[str | Path], prompt: str, system_prompt: str,
                model: str, settings: str | Path | None = None,
-               resume_session: str | None = None, max_turns: int | None = None,
+               resume_session: str | None = None, persist_session: bool = False, max_turns: int | None = None,
                allowed_tools: str | Sequence[str] | None = None,
                disallowed_tools: str | Sequence[str] | None = None, strict_mcp: bool = True,
                max_budget_usd: float | None = None) -> list[str]:
@@ -116,14 +116,21 @@ def build_argv(claude_bin: str, *, add_dir: str | Path | Sequence[str | Path], p
     bypassPermissions `--allowed-tools` approves but does not restrict and `--tools` is what
     takes every other built-in tool away; and as `--allowed-tools`, as SPEC §8 asks. The
     three tool options are variadic too: each is one comma-joined argument, ended by the
-    next option."""
+    next option.
+
+    The session is persisted (`persist_session`, in the CLI's config directory: see
+    synedre/spawn/session.py) or not (`--no-session-persistence`); `resume_session` continues
+    a persisted one (`--resume <id>`)."""
     if len(system_prompt.encode("utf-8")) > MAX_ARG_BYTES:
         raise ValueError(f"system prompt exceeds {MAX_ARG_BYTES} bytes")
     dirs = [add_dir] if isinstance(add_dir, (str, Path)) else list(add_dir)
     argv = [claude_bin, "-p", "--add-dir", *map(str, dirs)]
     if settings is not None:
         argv += ["--settings", str(settings)]
-    argv += ["--resume", resume_session] if resume_session else ["--no-session-persistence"]
+    if resume_session:
+        argv += ["--resume", resume_session]
+    elif not persist_session:
+        argv += ["--no-session-persistence"]
     argv += ["--exclude-dynamic-system-prompt-sections"]
     if strict_mcp:
         argv += ["--strict-mcp-config"]

@@ -18,7 +18,11 @@ default). The keys are the pinned CLI's (2.1.332), as its settings schema docume
 - `permissions.blockWritesOutsideWorkingDirectories`: the Write/Edit/NotebookEdit tools, which
   the Bash sandbox does not cover, refuse any path outside the working directories (the
   workspace and `--add-dir`), and `permissions.deny` path rules name the places that matter
-  most (the client repository and its hooks, the workspace's hooks and git configuration).
+  most (the client repository and its hooks, the workspace's hooks and git configuration);
+- `permissions.blockFileToolReadsOutsideWorkingDirectories` (read from `--settings` only): the
+  Read/Grep/Glob tools, which the Bash sandbox does not cover either, refuse any path outside
+  the working directories but the CLI's own files of this session: another launch's home and
+  session store (spawn/session.py), which the agent's user also owns, stay out of reach.
 
 What cannot pass the sandbox: a database connection. Loopback TCP is outside the network
 namespace and Linux's sandbox cannot open one Unix socket by path (`allowUnixSockets` is
@@ -84,6 +88,7 @@ def settings(*, workspace: Path, contract_dir: Path, launch_dir: Path, repo: Pat
         },
         "permissions": {
             "blockWritesOutsideWorkingDirectories": True,
+            "blockFileToolReadsOutsideWorkingDirectories": True,
             "deny": [f"Edit({_rule(repo)})", f"Edit({_rule(ws_git / 'hooks')})", f"Edit(/{ws_git / 'config'})"],
         },
     }

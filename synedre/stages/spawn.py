@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,7 +28,7 @@ from synedre.orchestrate import iterations
 from synedre.orchestrate.contract import contract_of, read_contract
 from synedre.pipeline import BY_NAME, LaunchStatus, Status
 from synedre.redact import Redactor
-from synedre.spawn import agent, launcher, locks, persona, prompt, repos, routing, sandbox, workspace
+from synedre.spawn import agent, launcher, locks, persona, prompt, repos, routing, sandbox, session, workspace
 
 DEFAULT_AGENT = "atlas"
 STAGE = BY_NAME["spawn"]
@@ -109,9 +110,14 @@ class LaunchStop(threading.Event):
         return super().is_set() or (self.worker is not None and self.worker.is_set())
 
 
-def run(message_id: int, s: Settings | None = None, stop: threading.Event | None = None) -> runner.Result:
+Body = Callable[[int, Settings, threading.Event], runner.Result]
+
+
+def run(message_id: int, s: Settings | None = None, stop: threading.Event | None = None,
+        body: Body | None = None) -> runner.Result:
     """The launch's result: Done (its verdict written), Held (paused, over budget) or Skip.
-    `stop` (the worker's, shared by its launches) interrupts this launch when set."""
+    `stop` (the worker's, shared by its launches) interrupts this launch when set. `body`:
+    what runs behind the guards (a launch; `resume` passes its own)."""
     s = s or get_settings()
     r = kv.client()
     if reason := locks.spawn_disabled(r, s.spawn_disabled):
@@ -133,7 +139,7 @@ def run(message_id: int, s: Settings | None = None, stop: threading.Event | None
         beats = [locks.Heartbeat(g, on_lost=own.set) for g in (lock, slot)]
         for b in beats:
             b.start()
-        return _launch(message_id, s, own)
+        return (body or _launch)(message_id, s, own)
     finally:
         for b in beats:
             b.stop()
@@ -292,6 +298,8 @@ class _Launch:
     model: str
     stop: threading.Event
     continues: str | None = None  # the workspace (and so the branch) of the work this request continues
+    clone: str | None = None  # resuming: the name of the launch's clone, kept from its first run
+    first_seq: int = 0  # resuming: the launch's stream goes on from here
 
     def fail(self, reason: str, error: str, outcome: LaunchStatus = LaunchStatus.FAILED,
              **audit: object) -> runner.Done:
@@ -304,13 +312,17 @@ class _Launch:
         log.error(f"spawn_{reason}", message=self.claim.message_id, error=error)
         return done
 
-    def run(self, user: prompt.LaunchPrompt) -> runner.Done:
+    def run(self, user: prompt.LaunchPrompt, session_id: str | None = None) -> runner.Done:
+        """The agent, from its clone to its verdict. `session_id`: this run continues that
+        session (`synedre launch resume`); a run stopped by the idle timeout goes on once in
+        its session (`resume_once`)."""
         s, claim = self.s, self.claim
         lane = tools.policy(self.system.kind, tools.configured(s.agent_tools))
         try:
             run_as = agent.user(s)
         except (KeyError, ValueError) as exc:  # fail closed: the agent never runs as root by mistake
             return self.fail("agent_user_unavailable", f"SYNEDRE_AGENT_USER={s.agent_user}: {exc}")
+        started = time.monotonic()
         # Private until the agent is done (see workspace.private_files); the merge comes after.
         with workspace.private_files():
             where = _layout(s, claim.launch_id, run_as)
@@ -323,20 +335,46 @@ class _Launch:
                 workspace.close_workspace(ws)
                 return self.fail("sandbox_unavailable", unavailable, LaunchStatus.SANDBOX_UNAVAILABLE,
                                  path=env["PATH"])
-            argv = launcher.build_argv(s.claude_bin, add_dir=[ws.path, where.out], settings=settings_file,
-                                     prompt=user.text, model=self.model, max_turns=self.system.max_turns,
-                                     system_prompt=self.system.render(contract_path=str(where.contract),
-                                                                      token=user.token),
-                                     allowed_tools=lane.allowed, disallowed_tools=lane.disallowed,
-                                     max_budget_usd=s.max_budget_usd)
-            log.info("spawn_started", message=claim.message_id, attempt=claim.attempt, model=self.model,
-                     kind=self.system.kind, tools=",".join(lane.allowed), agent_user=run_as.name if run_as else None)
-            redactor = secrets.redactor(s)  # the stream's, then what the agent left (contract, commits)
-            outcome = launcher.run(argv, cwd=ws.path, env=env, limits=launcher.Limits(
-                idle_timeout_s=s.idle_timeout_s, hard_timeout_s=s.hard_timeout_s, budget_s=s.launch_budget_s),
-                redactor=redactor, on_events=self.persist(), ndjson_path=where.base / "events.ndjson",
-                on_session=self.on_session, stop=self.stop, umask=workspace.PRIVATE_UMASK, run_as=run_as)
-        return self.conclude(ws, where, outcome, redactor)
+            if session_id is None:  # what a resumed run's system prompt must name again
+                session.keep_token(where.base, user.token)
+            # the stream's redactor, then what the agent left (contract, commits)
+            one = _Agent(self, ws, where, env, settings_file, lane, run_as, user.token, secrets.redactor(s),
+                         self.persist())
+            outcome = self.resume_once(one, one.start(user.text, session_id, self.limits(0.0)), started)
+        return self.conclude(ws, where, outcome, one.redactor)
+
+    def limits(self, spent_s: float) -> launcher.Limits:
+        """The launch's limits, less what its earlier run in the same claim already took."""
+        s = self.s
+        return launcher.Limits(idle_timeout_s=s.idle_timeout_s, hard_timeout_s=s.hard_timeout_s - spent_s,
+                               budget_s=s.launch_budget_s - spent_s)
+
+    def resume_once(self, one: _Agent, outcome: launcher.RunOutcome, started: float) -> launcher.RunOutcome:
+        """A run stopped by the idle timeout (125) goes on once in its session, in the same
+        claim, row and stream (SYNEDRE_AUTO_RESUME), while the launch's time and spending
+        budgets remain and launches are not paused; audited `spawn_resumed`, or
+        `spawn_resume_skipped` with why not."""
+        s, mid = self.s, self.claim.message_id
+        if outcome.stop_reason != "idle" or not outcome.session_id or not s.auto_resume:
+            return outcome
+        limits = self.limits(time.monotonic() - started)
+        why = "launch time budget spent" if min(limits.hard_timeout_s, limits.budget_s) <= 0 else None
+        try:
+            why = why or (f"launches paused ({paused})" if (paused := locks.spawn_disabled(
+                kv.client(), s.spawn_disabled)) else None)
+        except locks.LaunchGuardUnavailable as exc:  # fail closed: nothing says launches may go on
+            why = f"launch switch unreadable: {exc}"
+        with db.transaction() as conn:
+            why = why or (str(over) if (over := over_budget(conn, mid, s)) else None)
+            launches.update(conn, self.claim, session_id=outcome.session_id)  # fenced: still ours
+            messages.audit(conn, mid, "spawn_resume_skipped" if why else "spawn_resumed",
+                           **({"reason": why} if why else {}), attempt=self.claim.attempt,
+                           launch_id=self.claim.launch_id, after="idle", by="auto")
+        if why:
+            log.warning("spawn_resume_skipped", message=mid, reason=why)
+            return outcome
+        log.info("spawn_resumed", message=mid, launch_id=self.claim.launch_id, after="idle")
+        return one.start(session.resume_prompt("idle", str(one.where.contract)), outcome.session_id, limits)
 
     def open_clone(self, where: _Layout, run_as: launcher.RunAs | None) -> workspace.Workspace | runner.Done:
         """The launch's own clone of its client's repository (the fleet's default for a client
@@ -348,12 +386,13 @@ class _Launch:
         try:
             if spec is None and s.workspace_repo is None:
                 workspace.init_scratch(repo.path, s.workspace_base_branch)
-            name = self.continues or f"msg-{claim.message_id}-a{claim.attempt}"
+            name = self.clone or self.continues or f"msg-{claim.message_id}-a{claim.attempt}"
             ws = repos.open_workspace(repo, base_branch=s.workspace_base_branch, root=where.clones,
                                       name=name, owner=run_as)
         except (workspace.WorkspaceError, OSError, subprocess.SubprocessError) as exc:
             return self.fail("workspace_unavailable", str(exc), repo=str(repo.remote or repo.path))
-        where.contract.unlink(missing_ok=True)  # absent before the agent starts: only its own counts
+        if self.clone is None:  # absent before the agent starts: only its own counts (a resumed one's is)
+            where.contract.unlink(missing_ok=True)
         workspace.private_file(where.base / "events.ndjson")
         return ws
 
@@ -371,7 +410,7 @@ class _Launch:
         return settings_file
 
     def persist(self) -> Callable[[launcher.Batch], None]:
-        seq = [0]
+        seq = [self.first_seq]
 
         def persist(batch: launcher.Batch) -> None:
             with db.transaction() as conn:
@@ -429,3 +468,100 @@ class _Launch:
         log.info("spawn_finished", message=self.claim.message_id, ok=verdict.ok, reason=verdict.reason,
                  exit_code=outcome.exit_code, stop=outcome.stop_reason)
         return verdict.done
+
+
+@dataclass(frozen=True)
+class _Agent:
+    """One launch's agent, ready to start: its clone, files, environment and sandbox. Each
+    `start` is one CLI process, a first run or a resumed one, in the same stream."""
+    launch: _Launch
+    ws: workspace.Workspace
+    where: _Layout
+    env: dict[str, str]
+    settings_file: Path
+    lane: tools.ToolPolicy
+    run_as: launcher.RunAs | None
+    token: str
+    redactor: Redactor
+    on_events: Callable[[launcher.Batch], None]
+
+    def start(self, text: str, session_id: str | None, limits: launcher.Limits) -> launcher.RunOutcome:
+        """Run the CLI to its end: a new session (persisted, so that it can be resumed), or
+        `session_id` continued (`--resume`); the system prompt names the launch's fence token."""
+        s, this = self.launch.s, self.launch
+        argv = launcher.build_argv(s.claude_bin, add_dir=[self.ws.path, self.where.out], settings=self.settings_file,
+                                   prompt=text, model=this.model, max_turns=this.system.max_turns,
+                                   system_prompt=this.system.render(contract_path=str(self.where.contract),
+                                                                    token=self.token),
+                                   allowed_tools=self.lane.allowed, disallowed_tools=self.lane.disallowed,
+                                   max_budget_usd=s.max_budget_usd, resume_session=session_id, persist_session=True)
+        log.info("spawn_started", message=this.claim.message_id, attempt=this.claim.attempt, model=this.model,
+                 kind=this.system.kind, tools=",".join(self.lane.allowed), resumed=session_id is not None,
+                 agent_user=self.run_as.name if self.run_as else None)
+        return launcher.run(argv, cwd=self.ws.path, env=self.env, limits=limits, redactor=self.redactor,
+                            on_events=self.on_events, ndjson_path=self.where.base / "events.ndjson",
+                            on_session=this.on_session, stop=this.stop, umask=workspace.PRIVATE_UMASK,
+                            run_as=self.run_as)
+
+
+# -- resume by hand (`synedre launch resume`) -------------------------------------------------
+
+def resumable(conn, message_id: int, s: Settings) -> dict[str, Any] | str:
+    """The message's last launch when it can be resumed by hand, else why not, in words an
+    operator reads: the message at `spawn_failed`, its last launch stopped by a timeout (or
+    its worker lost) with its session recorded, the message's spending caps not reached."""
+    state = conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s", (message_id,)).fetchone()
+    if state is None:
+        return "no such message"
+    row = launches.latest(conn, message_id)
+    if row is None:
+        return f"no launch yet (status {state['status']})"
+    if state["status"] != FAILED_STATUS:
+        return f"status {state['status']}: only a message whose launch failed ({FAILED_STATUS}) is resumed"
+    if row["status"] != LaunchStatus.FAILED or not (row["salvage"] or {}).get("resumable") or not row["session_id"]:
+        return (f"launch #{row['id']} ended {row['stop_reason']}: not resumable (only a launch stopped by a timeout"
+                " or the loss of its worker, with its session recorded, is)")
+    if over := over_budget(conn, message_id, s):
+        return f"spending cap: {over}"
+    return row
+
+
+def resume(message_id: int, launch_id: int, attempt: int, s: Settings | None = None,
+           stop: threading.Event | None = None) -> runner.Result:
+    """Resume the message's last launch (`launch_id`, as claimed by `attempt`) in its session,
+    behind the guards of a launch (kill switch, lock, slot, the claim's count of running
+    launches), claimed by `runner.claim_resume`: the same row, its stream going on."""
+    return run(message_id, s, stop, body=lambda mid, s_, own: _resume(mid, s_, own, launch_id, attempt))
+
+
+def _resume(message_id: int, s: Settings, stop: threading.Event, launch_id: int, attempt: int) -> runner.Result:
+    with db.transaction() as conn:
+        found = resumable(conn, message_id, s)
+        if isinstance(found, str) or (found["id"], found["attempt"]) != (launch_id, attempt):
+            why = found if isinstance(found, str) else "a later launch or resume took it"
+            return runner.Skip(f"launch #{launch_id} not resumed: {why}")
+        state = conn.execute(
+            """SELECT s.*, r.mailbox, r.message_id AS message_id_header, r.envelope_from, r.subject,
+                      r.dkim_pass, r.raw
+                 FROM synedre.email_states s JOIN synedre.raw_messages r ON r.id = s.message_id
+                WHERE s.message_id = %s""",
+            (message_id,)).fetchone()
+        assert state is not None  # `resumable` found it in this transaction
+        msg = ParsedMessage.read(conn, state)
+    token = session.read_token((s.state_dir / "launches" / str(launch_id)).resolve())
+    if token is None or not session.has_session(s.state_dir, launch_id, found["session_id"]):
+        return runner.Skip(f"launch #{launch_id} not resumed: its session store is not on this host")
+    vector = persona.query_vector(f"{msg.subject}\n{msg.split.cover}")  # the network, no transaction open
+    with db.transaction() as conn:
+        bundle = persona.load(conn, DEFAULT_AGENT, query="", embed=vector, chantier_id=state["chantier_id"])
+        system = prompt.system_prompt(state["intent"], state["complexity"], persona.render(bundle))
+        if (n := launches.running(conn)) >= s.max_concurrent_launches:
+            raise NoSlot(f"{n} launches running (PostgreSQL's count)")
+        claim = runner.claim_resume(conn, message_id, launch_id, attempt)
+        if claim is None:
+            return runner.Skip(f"launch #{launch_id} not resumed: no longer resumable")
+        first_seq = launches.next_seq(conn, launch_id)
+    log.info("spawn_resume_claimed", message=message_id, launch_id=launch_id, after=found["stop_reason"])
+    user = prompt.LaunchPrompt(session.resume_prompt(found["stop_reason"], found["contract_path"]), token)
+    return _Launch(claim, s, system, found["model"], stop, clone=found["branch"].removeprefix(workspace.BRANCH_PREFIX),
+                   first_seq=first_seq).run(user, found["session_id"])

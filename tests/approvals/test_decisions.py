@@ -85,7 +85,8 @@ def test_no_rule_lets_the_launch_go_and_an_approved_request_is_returned_for_the_
     mid = waiting_message(conn, tmp_path, n=2)
     gate(conn, mid, settings(tmp_path))
     with conn.transaction():
-        assert decisions.decide(conn, mid, approve=True, by="julien@atelier-moreau.fr", reply_message_id="<r@x>") is None
+        assert decisions.decide(conn, mid, approve=True, by="julien@atelier-moreau.fr",
+                                reply_message_id="<r@x>") is None
     approved = conn.execute("SELECT id FROM synedre.approvals WHERE message_id = %s", (mid,)).fetchone()["id"]
     assert gate(conn, mid, settings(tmp_path)) == approved  # released: the launch records it, asks nothing again
 
@@ -137,7 +138,8 @@ def test_non_ends_the_message_refused_with_the_note_and_nothing_decides_it_again
     with conn.transaction():
         assert decisions.decide(conn, mid, approve=False, by="operator:root", note="pas ce mois-ci") is None
     assert status(conn, mid) == "refused"
-    row = conn.execute("SELECT status, note, decided_by FROM synedre.approvals WHERE message_id = %s", (mid,)).fetchone()
+    row = conn.execute("SELECT status, note, decided_by FROM synedre.approvals WHERE message_id = %s",
+                       (mid,)).fetchone()
     assert row == {"status": "refused", "note": "pas ce mois-ci", "decided_by": "operator:root"}
     refused, = events(conn, mid, "approval_refused")
     assert (refused["note"], refused["by"]) == ("pas ce mois-ci", "operator:root")

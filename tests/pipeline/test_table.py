@@ -98,9 +98,9 @@ def test_no_module_but_the_runner_writes_a_message_status():
     writers = {(p.relative_to(ROOT).as_posix(), line) for p in PACKAGE for line, s in sql_strings(p)
                if WRITES_STATUS.search(s)}
     assert {w for w in writers if w[0] != "synedre/runner.py"} == set()
-    # the runner's doors: claim, write, release, admit, move, the launch's claim and finish, the
-    # sweep's reclaim, the operator's retry
-    assert len({w for w in writers if w[0] == "synedre/runner.py"}) == 9
+    # the runner's doors: claim, write, release, admit, move, the launch's claim, resume and
+    # finish, the sweep's reclaim, the operator's retry
+    assert len({w for w in writers if w[0] == "synedre/runner.py"}) == 10
 
 
 def named_values(path: Path) -> list[tuple[int, str]]:

@@ -45,9 +45,12 @@ DELTA_CHUNK = 2048
 
 @dataclass(frozen=True)
 class Sleep:
-    """The model stays silent this long before answering the next main request."""
+    """The model stays silent this long before answering the next main request. ``once``:
+    only the first request for that step waits; a second one (the same session resumed
+    after the agent was stopped while it waited) is answered at once."""
 
     seconds: float
+    once: bool = False
 
 
 def text(value: str) -> dict[str, Any]:
@@ -71,6 +74,7 @@ class Turn:
 
     blocks: list[dict[str, Any]]
     delay: float = 0.0
+    delay_once: bool = False
 
     @property
     def stop_reason(self) -> str:
@@ -88,21 +92,32 @@ class ScriptedModel:
 
     def __init__(self, turns: list[list[dict[str, Any]] | Sleep], final_text: str = DEFAULT_FINAL_TEXT):
         self.turns: list[Turn] = []
-        pending = 0.0
+        pending, once = 0.0, False
         for step in turns:
             if isinstance(step, Sleep):
-                pending += step.seconds
+                pending, once = pending + step.seconds, once or step.once
                 continue
             blocks = [dict(b) for b in step]
             for b in blocks:
                 if b.get("type") not in ("text", "tool_use"):
                     raise ValueError(f"unsupported block type: {b.get('type')!r}")
-            self.turns.append(Turn(blocks, pending))
-            pending = 0.0
-        self.final = Turn([text(final_text)], pending)
+            self.turns.append(Turn(blocks, pending, once))
+            pending, once = 0.0, False
+        self.final = Turn([text(final_text)], pending, once)
+        self._waited: set[int] = set()
+        self._lock = threading.Lock()
 
     def turn(self, index: int) -> Turn:
         return self.turns[index] if index < len(self.turns) else self.final
+
+    def delay(self, index: int) -> float:
+        """How long to stay silent before answering the request for step `index`."""
+        turn = self.turn(index)
+        with self._lock:
+            if turn.delay_once and index in self._waited:
+                return 0.0
+            self._waited.add(index)
+        return turn.delay
 
 
 class PerLaunch:
@@ -290,11 +305,11 @@ class _Handler(BaseHTTPRequestHandler):
             model = self.server.model
             # a script of scripts: one conversation per launch, each picks its own (see PerLaunch)
             model = model.for_request(body) if hasattr(model, "for_request") else model
-            turn = model.turn(step)
+            turn, delay = model.turn(step), model.delay(step)
         else:
             self._record("subagent" if self.headers.get(SUBAGENT_HEADER) else "aux", body)
-            turn = Turn([text(AUX_TEXT)])
-        if turn.delay and self.server.stopping.wait(turn.delay):
+            turn, delay = Turn([text(AUX_TEXT)]), 0.0
+        if delay and self.server.stopping.wait(delay):
             return
         self._answer(body, turn)
 

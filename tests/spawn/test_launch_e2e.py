@@ -281,7 +281,9 @@ def test_idle_and_hard_timeouts_stop_the_agent_with_124_or_125_and_salvage(servi
     commit = [bash("f=early-$(basename $PWD).txt && pwd > $f && git add $f && git commit -qm 'early commit'")]
     api, env = launch_env(ScriptedModel([commit, [bash(f"printf '%s' '{CONTRACT[:40]}'"
                                                        " > \"$SYNEDRE_CONTRACT_PATH\"")], Sleep(30)]))
-    worker = stack.celery_worker({**env, "SYNEDRE_IDLE_TIMEOUT_S": "3"}, services["logs"], queues="spawn")
+    # without the automatic resume (tests/spawn/test_resume.py): the stop and its salvage alone
+    worker = stack.celery_worker({**env, "SYNEDRE_IDLE_TIMEOUT_S": "3", "SYNEDRE_AUTO_RESUME": "false"},
+                                 services["logs"], queues="spawn")
     try:
         from tasks.app import app
         app.send_task("synedre.spawn", args=[idle_mid])
