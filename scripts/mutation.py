@@ -11,6 +11,7 @@ exits 1 when a survivor is unexplained (or a mutant had no test), 0 otherwise.
     make mutation                                          # its venv, a run, the report
     build/mutvenv/bin/python scripts/mutation.py --report  # report on the last run only
     build/mutvenv/bin/python scripts/mutation.py --retest-survivors  # after adding tests
+    build/mutvenv/bin/python scripts/mutation.py --area approval     # one area (its own report)
 """
 from __future__ import annotations
 
@@ -49,6 +50,10 @@ SCOPE: dict[str, tuple[bool, list[str]]] = {
     "recap's exactly-once send (mail/outbound.py)": (True, [
         f"synedre.mail.outbound.x_{f}__mutmut_*" for f in (
             "_claim", "_claim_send", "_mark_sent", "_mark_unknown", "_release")]),
+    "approval consumption (approvals/decisions.py)": (True, [
+        f"synedre.approvals.decisions.x_{f}__mutmut_*" for f in (
+            "verdict_of", "judge", "thread_of", "replied_ids", "gate", "decide", "why_closed", "expire",
+            "record_verdict")]),
 }
 KILLED = {"killed", "timeout", "segfault"}  # a mutant the tests noticed
 STATUS = re.compile(r"^\s*(\S+__mutmut_\d+): (.+)$")
@@ -166,7 +171,7 @@ def report(seconds: float | None) -> int:
             unexplained.append((name, status))
     lines = ["# Mutation testing of the safety-critical code", "",
              "Written by `make mutation` (scripts/mutation.py, mutmut configured in pyproject.toml).",
-             f"A full run took {seconds / 60:.0f} min here (2 cores)." if seconds else "", "",
+             f"A run of these areas took {seconds / 60:.0f} min here (2 cores)." if seconds else "", "",
              "| area | mutants | killed | survived, explained | survived, unexplained |",
              "|---|---:|---:|---:|---:|"]
     lines += [f"| {a} | {c['mutants']} | {c['killed']} | {c['equivalent']} | {c['unexplained']} |"
@@ -174,8 +179,7 @@ def report(seconds: float | None) -> int:
     total = sum(per.values(), Counter())
     lines += [f"| **all** | {total['mutants']} | {total['killed']} | {total['equivalent']} | "
               f"{total['unexplained']} |", "",
-              "A mutant is killed when a test fails (or times out) with it. The approval consumption",
-              "(issue 17) has not landed: it joins SCOPE when it does.", "",
+              "A mutant is killed when a test fails (or times out) with it.", "",
               "## Survivors explained", "",
               "Each cannot change behaviour, or (\"reached only in a race\") is held by a concurrency",
               "test that provokes the race in some runs only.", ""]
@@ -198,10 +202,20 @@ def main() -> int:
                     help="mutants tested at once where the tests share no database")
     ap.add_argument("--retest-survivors", action="store_true",
                     help="test the last run's survivors again (after adding tests), then report")
+    ap.add_argument("--area", help="only the areas whose name holds this text (their report goes to "
+                                   "docs/mutation-<text>.md; the full report stays the last full run's)")
     a = ap.parse_args()
+    global REPORT
+    if a.area:
+        for name in [n for n in SCOPE if a.area not in n]:
+            del SCOPE[name]
+        if not SCOPE:
+            sys.exit(f"no area holds {a.area!r}")
+        REPORT = ROOT / "docs" / f"mutation-{re.sub(r'[^a-z0-9]+', '-', a.area.lower()).strip('-')}.md"
     if a.retest_survivors:
         print(f"re-testing {forget_survivors()} survivors")
-    took = ROOT / "mutants" / "run-seconds"  # the last full run's time, kept with its results
+    # the last full run's time (or that area's), kept with its results
+    took = ROOT / "mutants" / ("run-seconds" + (f"-{REPORT.stem}" if a.area else ""))
     if not a.report:
         seconds = run(a.children, ROOT / "build" / "mutation.log")
         if not a.retest_survivors:
