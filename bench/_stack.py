@@ -112,7 +112,9 @@ def services():
         dovecot = start_dovecot(base / "dovecot")
         env = {**os.environ, **stack.mailbox_env(dovecot, base), "SYNEDRE_DATABASE_URL": pg.get_uri(),
                "SYNEDRE_BROKER_URL": BENCH_REDIS_URL, "SYNEDRE_STATE_DIR": str(base / "state"),
-               "SYNEDRE_DKIM_KEYS_FILE": str(CORPUS / "dkim-keys.json"), "SYNEDRE_LOG_LEVEL": "INFO"}
+               "SYNEDRE_DKIM_KEYS_FILE": str(CORPUS / "dkim-keys.json"), "SYNEDRE_LOG_LEVEL": "INFO",
+               # the founder's OK is not what a bench times: no approval rule
+               "SYNEDRE_APPROVAL_POLICY_FILE": str(stack.ROOT / "tests" / "approval-policy.off.toml")}
         os.environ.update(env)
         from synedre.config import get_settings
         from synedre.db.migrate import upgrade

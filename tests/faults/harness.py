@@ -447,6 +447,8 @@ def fleet_env(workdir: Path, tag: str, redis_url: str, dovecot: Any, clamd: str,
         "SYNEDRE_MISTRAL_API_KEY": "test-key-not-secret", "SYNEDRE_MISTRAL_SERVER_URL": llm_url,
         "SYNEDRE_DKIM_KEYS_FILE": str(stack.CORPUS / "dkim-keys.json"), "SYNEDRE_LOG_LEVEL": "INFO",
         "SYNEDRE_LOG_FORMAT": "console", "FAULTS_RUN": tag,
+        # no approval rule: the faults are about launches, not about the founder's OK
+        "SYNEDRE_APPROVAL_POLICY_FILE": str(stack.ROOT / "tests" / "approval-policy.off.toml"),
     })
     return env
 
