@@ -373,6 +373,20 @@ def test_an_image_the_html_names_goes_inline_and_the_others_stay_attachments(tmp
 
 
 @pytest.mark.timeout(120)
+def _chromes() -> list:
+    """This process's Chromium descendants; one that exits while being looked at is gone."""
+    import psutil
+
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "chrom" in p.name():
+                found.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
 def test_a_qa_worker_keeps_one_browser_across_routes_and_relaunches_it_when_it_died(tmp_path, monkeypatch):
     import psutil
 
@@ -385,10 +399,12 @@ def test_a_qa_worker_keeps_one_browser_across_routes_and_relaunches_it_when_it_d
         first = qa.kept_browser(20)
         assert first is not None and qa.kept_browser(20) is first  # route after route, the same one
         assert qa.check_route(site.url, "/contact", tmp_path / "a.png", 20, browser=first).ok
-        for p in psutil.Process().children(recursive=True):
-            if "chrom" in p.name():
+        for p in _chromes():
+            try:
                 p.kill()
-        psutil.wait_procs([p for p in psutil.Process().children(recursive=True) if "chrom" in p.name()], timeout=10)
+            except psutil.Error:
+                continue
+        psutil.wait_procs(_chromes(), timeout=10)
         again = qa.kept_browser(20)
         assert again is not None and again is not first and again.alive
         assert qa.check_route(site.url, "/about", tmp_path / "b.png", 20, browser=again).ok
@@ -401,6 +417,6 @@ def test_a_qa_worker_keeps_one_browser_across_routes_and_relaunches_it_when_it_d
         qa.close_kept_browser()
         site.stop()
     deadline = time.monotonic() + 10
-    while any("chrom" in p.name() for p in psutil.Process().children(recursive=True)) and time.monotonic() < deadline:
+    while _chromes() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not [p for p in psutil.Process().children(recursive=True) if "chrom" in p.name()]
+    assert not _chromes()
