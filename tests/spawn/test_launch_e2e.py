@@ -362,6 +362,10 @@ def launch_one(services, launch_env, tmp_path, model, tag=""):
         app.send_task("synedre.spawn", args=[mid])
         stack.wait_for(lambda: q(url, "SELECT 1 FROM synedre.launches WHERE message_id = %s AND status <> 'running'",
                                  mid), 120, "the launch to finish", interval=0.5)
+        # the row is written before the clone is closed: stopping the worker in between
+        # would leave what the task had still to undo (the branch fetched back for it)
+        stack.wait_for(lambda: re.search(r"Task synedre\.spawn\[[^]]+\] (succeeded|raised|failed)", worker.output()),
+                       30, "the spawn task to end", interval=0.2)
     finally:
         worker.stop()
         api.stop()
