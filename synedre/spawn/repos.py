@@ -17,11 +17,9 @@ workspace.repo_lock, which the functions called inside take for themselves.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -82,20 +80,9 @@ def copy_lock(repo: Repository, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[N
         yield
         return
     workspace.private_dir(repo.path.parent)
-    deadline = time.monotonic() + timeout_s
-    with open(repo.path.with_name(repo.path.name + ".lock"), "a") as fh:
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise workspace.WorkspaceError(f"{repo.path}: busy for {timeout_s:g} s") from None
-                time.sleep(0.1)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with workspace.file_lock(repo.path.with_name(repo.path.name + ".lock"), timeout_s,
+                             f"{repo.path}: busy for {timeout_s:g} s"):
+        yield
 
 
 def refresh(repo: Repository, branch: str) -> None:

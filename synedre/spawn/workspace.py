@@ -122,15 +122,23 @@ def repo_lock(repo: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     Raises `WorkspaceError` after `timeout_s`.
     """
     git_dir = Path(_out(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    with file_lock(git_dir / "synedre.lock", timeout_s, f"{repo}: repository lock busy for {timeout_s:g} s"):
+        yield
+
+
+@contextmanager
+def file_lock(path: Path, timeout_s: float, busy: str) -> Iterator[None]:
+    """An exclusive flock on `path` (made if missing), waited for up to `timeout_s`, then
+    `WorkspaceError(busy)`. The kernel releases it when its holder dies."""
     deadline = time.monotonic() + timeout_s
-    with open(git_dir / "synedre.lock", "a") as fh:
+    with open(path, "a") as fh:
         while True:
             try:
                 fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise WorkspaceError(f"{repo}: repository lock busy for {timeout_s:g} s") from None
+                    raise WorkspaceError(busy) from None
                 time.sleep(_LOCK_POLL_S)
         try:
             yield

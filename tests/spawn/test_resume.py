@@ -23,7 +23,7 @@ from synedre.spawn import session
 from tests.services import stack
 from tests.services.claude_api import ScriptedModel, Sleep, bash
 from tests.spawn.conftest import git
-from tests.spawn.test_launch_e2e import CONTRACT, finished, make_launchable, q
+from tests.spawn.test_launch_e2e import CONTRACT, finished, make_launchable, q, repo  # noqa: F401
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(shutil.which("claude") is None, reason="the claude CLI is not installed "
@@ -36,20 +36,7 @@ FINISH = (f"printf '%s' '{CONTRACT}' > \"$SYNEDRE_CONTRACT_PATH\" && f=fix-$(bas
 
 
 @pytest.fixture
-def repo(tmp_path):
-    path = tmp_path / "repo"
-    path.mkdir()
-    git(path, "init", "-q", "-b", "preprod")
-    git(path, "config", "user.name", "T")
-    git(path, "config", "user.email", "t@x")
-    (path / "README").write_text("site\n")
-    git(path, "add", "README")
-    git(path, "commit", "-qm", "init")
-    return path
-
-
-@pytest.fixture
-def launch_env(services, repo):
+def launch_env(services, repo):  # noqa: F811
     from tests.services.claude_api import start_claude_api
     from tests.spawn.test_launch_e2e import SECRETS
 
@@ -112,7 +99,7 @@ def assert_private_store(state: Path, launch_id: int, session_id: str) -> Path:
     return store
 
 
-def test_a_silent_agent_is_stopped_resumed_once_in_its_session_and_finishes(services, launch_env, repo, tmp_path):
+def test_a_silent_agent_is_stopped_resumed_once_in_its_session_and_finishes(services, launch_env, repo, tmp_path):  # noqa: F811
     url, state = services["db"], tmp_path / "state"
     mid, = make_launchable(url, tmp_path)
     api, env = launch_env(ScriptedModel([[bash(EARLY)], Sleep(30, once=True), [bash(FINISH)], [bash(FINISH)]]),
@@ -167,7 +154,7 @@ def cli(env, *args):
                           timeout=60, cwd=stack.ROOT)
 
 
-def test_launch_resume_continues_a_hard_timed_out_launch_in_its_session(services, launch_env, repo, tmp_path):
+def test_launch_resume_continues_a_hard_timed_out_launch_in_its_session(services, launch_env, repo, tmp_path):  # noqa: F811
     url, state = services["db"], tmp_path / "state"
     mid, = make_launchable(url, tmp_path)
     busy = [step for i in range(8) for step in ([bash(f"echo turn {i}")], Sleep(0.5))]  # never idle
@@ -223,7 +210,7 @@ def second_token(state: Path) -> str:
     return (state / "launches" / "2" / session.TOKEN_NAME).read_text()
 
 
-def test_another_launchs_agent_cannot_read_a_session_store(services, launch_env, repo, tmp_path):
+def test_another_launchs_agent_cannot_read_a_session_store(services, launch_env, repo, tmp_path):  # noqa: F811
     url, state = services["db"], tmp_path / "state"
     first, second = make_launchable(url, tmp_path, n=2)
     from tasks.app import app
