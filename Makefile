@@ -1,3 +1,4 @@
+# make try    - try it on this machine: a local mailbox, a mail sink, an example client and the fleet (README)
 # make fleet  - set up and run the whole fleet (needs SYNEDRE_MAILBOXES_FILE, see README)
 # make test   - set up and run the test suite against real services
 # make unit   - only the unit tests: no services, seconds
@@ -11,7 +12,7 @@ LOCKVENV := build/lockvenv
 # The lock is resolved for the machines the fleet and CI run on.
 LOCK_TARGET := --python-version 3.11 --python-platform x86_64-unknown-linux-gnu
 
-.PHONY: system venv fleet test unit lint lock bench mutation clean
+.PHONY: system venv try fleet test unit lint lock bench mutation clean
 
 system:
 	scripts/system-deps
@@ -27,11 +28,17 @@ $(STAMP): requirements.lock pyproject.toml
 
 venv: $(STAMP)
 
+try: system venv
+	$(VENV)/bin/synedre try run
+
 fleet: system venv
 	$(VENV)/bin/synedre fleet
 
+# Two pytest-xdist workers (one per core), a test file each at a time: each worker has its
+# own PostgreSQL and Redis database (tests/services/stack.per_worker); TEST_WORKERS=0 runs serially.
+TEST_WORKERS ?= 2
 test: system venv
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 unit: venv
 	$(VENV)/bin/pytest -q -m unit

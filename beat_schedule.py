@@ -3,7 +3,6 @@ from celery.schedules import crontab
 
 from synedre import mailboxes
 from synedre.config import get_settings
-from synedre.sweep import SWEEP_EVERY_S
 from tasks.app import app
 
 REPORT_CRONTAB = crontab(minute=0, hour=6, day_of_month=1)
@@ -26,8 +25,8 @@ def schedule() -> dict:
     entries["spawn-select"] = {"task": "synedre.spawn_select", "schedule": 60.0, "options": {"expires": 55}}
     entries["lock-watchdog"] = {"task": "synedre.lock_watchdog", "schedule": 15 * 60.0,
                                 "options": {"expires": 15 * 60.0}}
-    entries["sweep"] = {"task": "synedre.sweep", "schedule": SWEEP_EVERY_S,
-                        "options": {"expires": SWEEP_EVERY_S}}
+    entries["sweep"] = {"task": "synedre.sweep", "schedule": s.sweep_every_s,
+                        "options": {"expires": s.sweep_every_s}}
     # The calibration report, mailed to the founder on the 1st of each month (06:00 UTC);
     # the task mails it once per month even if it runs again.
     entries["calibration-report"] = {"task": "synedre.report_calibration", "schedule": REPORT_CRONTAB}

@@ -59,7 +59,7 @@ def add_client(pg_url: str, site: Site) -> None:
         cid = c.execute("INSERT INTO synedre.clients (codename, name, deploy_target) VALUES (%s, 'Acme', %s)"
                         " RETURNING id", (TARGET, TARGET)).fetchone()[0]
         c.execute("INSERT INTO synedre.tenant_topology (client_id, deploy_target, config) VALUES (%s, %s, %s)",
-                  (cid, TARGET, Jsonb({"preprod_url": site.url})))
+                  (cid, TARGET, Jsonb(site.topology())))
 
 
 def deployed_message(pg_url: str, state_dir: str, site: Site, routes: list[str], tag: str) -> int:

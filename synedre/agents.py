@@ -198,7 +198,7 @@ def _via_claude(ask_id: int, system: str, question: str, s: Settings,
     """A short `claude -p`: a few turns, no tool at all (`--tools ""`: nothing that writes,
     nothing that runs), in an empty private directory, the launch's environment and user."""
     from synedre import secrets
-    from synedre.spawn import agent, launcher, routing, workspace
+    from synedre.spawn import agent, failure, launcher, routing, workspace
 
     try:
         run_as = agent.user(s)
@@ -225,7 +225,9 @@ def _via_claude(ask_id: int, system: str, question: str, s: Settings,
     detail = {"stop_reason": outcome.stop_reason, "exit_code": outcome.exit_code,
               "num_turns": r.num_turns if r else None, "duration_s": round(outcome.duration_s, 3)}
     if r is None or r.subtype != "success" or r.is_error or not (r.result or "").strip():
-        why = f"claude: {outcome.stop_reason}" + (f", result {r.subtype} is_error={r.is_error}" if r else "")
+        why = f"claude: {outcome.stop_reason}" + (
+            f", {failure.reason(r.raw)}" if r and r.subtype == "success" and r.is_error
+            else f", result {r.subtype} is_error={r.is_error}" if r else "")
         return _Answer(None, failure=why, detail=detail)
     usage = r.usage or {}
     return _Answer(r.result, "claude", routing.DEFAULT_MODEL, int(usage.get("input_tokens") or 0),

@@ -6,9 +6,9 @@ error; 3 a dependency is down or not ready (PostgreSQL, Redis, clamd, IMAP, a da
 not created or not migrated). Errors are one line; --verbose adds the traceback."""
 from __future__ import annotations
 
-import getpass
 import json
 import os
+import pwd
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -25,7 +25,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from synedre import log as logging_setup
-from synedre.config import ConfigError, Settings, get_settings
+from synedre.config import ConfigError, Settings, get_settings, unknown_variables
 from synedre.pipeline import STAGES, ApprovalStatus, LaunchStatus, Status
 
 OK, FAILED, USAGE, DEPENDENCY = 0, 1, 2, 3
@@ -73,6 +73,11 @@ spawn_app = _typer("The launch kill switch (durable, fleet-wide).")
 app.add_typer(spawn_app, name="spawn")
 launch_app = _typer("One message's launch, by hand.")
 app.add_typer(launch_app, name="launch")
+mailbox_app = _typer("The mailboxes of the registry (SYNEDRE_MAILBOXES_FILE).")
+app.add_typer(mailbox_app, name="mailbox")
+try_app = _typer("A try-out on this machine (`make try`): a local mailbox for Atlas, a mail sink for the founder,"
+                 " an example client with its pre-production site, and the fleet; only the LLM keys are yours.")
+app.add_typer(try_app, name="try")
 # A terminal's width (or COLUMNS); piped elsewhere, whole lines (rich would assume 80).
 PIPE_WIDTH = 400
 console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPE_WIDTH)
@@ -110,8 +115,12 @@ def explain(exc: Exception) -> tuple[int, str]:
     from synedre.spawn.locks import LaunchGuardUnavailable
 
     first = scrub((str(exc).strip().splitlines() or [type(exc).__name__])[0])
+    from synedre.mailboxes import RegistryError
+
     if isinstance(exc, ConfigError):
         return USAGE, f"configuration: {exc}"
+    if isinstance(exc, RegistryError):
+        return USAGE, first
     if isinstance(exc, Unavailable):
         return DEPENDENCY, str(exc)
     if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn
@@ -222,6 +231,8 @@ def _main(verbose: bool = typer.Option(False, "--verbose", "-v",
         get_settings.cache_clear()
     s = get_settings()
     logging_setup.configure(s.log_format, s.log_level)
+    for line in unknown_variables():  # a misspelt setting would otherwise be ignored in silence
+        err.print(f"[bold yellow]warning:[/] {escape(line)}")
     if not verbose:  # the pool's retries would repeat, line after line, the error said once at the end
         import logging
 
@@ -251,13 +262,16 @@ def db_status() -> None:
 
 @db_app.command("stop")
 def db_stop() -> None:
-    """Stop the embedded PostgreSQL (the fleet stops it too when it exits)."""
+    """Stop the embedded PostgreSQL (refused while a fleet runs on it; a fleet stops the one it started)."""
     import warnings
 
-    from synedre import db
+    from synedre import db, fleet as fleet_mod
 
     if get_settings().database_url:
         fail("SYNEDRE_DATABASE_URL is set: that server is not ours to stop", USAGE)
+    if pid := fleet_mod.running_fleet(get_settings().state_dir):
+        fail(f"a fleet runs on {get_settings().state_dir} (pid {pid}) and uses this database: stop the fleet"
+             " (Ctrl-C), which stops the database it started")
     with warnings.catch_warnings():  # pgserver's platformdirs warns about XDG_RUNTIME_DIR
         warnings.simplefilter("ignore")
         stopped = db.stop_embedded()
@@ -431,7 +445,7 @@ def inspect(
     elif all_:
         _listing([{"id": str(r["id"]), "status": r["status"], "client": _client(r, False),
                    "subject": r["subject"] or "", "waiting": r["waiting_reason"] or "", "intent": _intent(r),
-                   "dkim": "pass" if r["dkim_pass"] else "fail"} for r in rows],
+                   "dkim": r["dkim"] or "-"} for r in rows],
                  whole=("id", "status", "client"), wide=wide, wide_only=("intent", "dkim"), empty="no message")
     else:
         _describe(rows[0])
@@ -439,7 +453,7 @@ def inspect(
 
 def _describe(r: dict[str, Any]) -> None:
     console.print(f"[bold]message {r['id']}[/] {escape(r['message_id'])}  from {escape(r['from'] or '?')}"
-                  f"  dkim {'pass' if r['dkim_pass'] else 'fail'}")
+                  f"  dkim {escape(_dkim(r))}")
     console.print(f"subject: {escape(r['subject'] or '')}")
     done = r["materialized"]
     made = f"{done['kind']} #{done['id']}" if done else "-"
@@ -463,10 +477,20 @@ def _describe(r: dict[str, Any]) -> None:
         console.print(f"launch #{launch['id']} attempt {launch['attempt']}: {launch['status']}"
                       f" ({launch['stop_reason'] or '-'}), model {launch['model']}, cost {launch['cost_usd']},"
                       f" session {launch['session_id'] or '-'}", soft_wrap=True)
+        if launch.get("lesson_ids"):
+            console.print(f"  lessons given: {', '.join(f'#{i}' for i in launch['lesson_ids'])}"
+                          " (`synedre lessons` shows them)", soft_wrap=True)
         for key in ("contract", "salvage"):
             if launch.get(key):
                 console.print(f"  {key}: {escape(json.dumps(launch[key], ensure_ascii=False, default=str))}",
                               soft_wrap=True)
+
+
+def _dkim(r: dict) -> str:
+    """pass, unsigned, or fail with its reason; `not checked` for mail never parsed."""
+    if r["dkim"] == "fail":
+        return f"fail ({r['dkim_reason']})"
+    return r["dkim"] or "not checked"
 
 
 def _intent(r: dict) -> str:
@@ -543,12 +567,11 @@ def _retry_one(mid: int, from_stage: str | None, reason: str) -> bool:
     """Send one message back and hand it to Celery, saying exactly what happened; False when
     it was refused or failed (nothing changed)."""
     from synedre import db, runner
-    from synedre.sweep import SWEEP_EVERY_S
     from tasks.app import enqueue
 
     try:
         with db.transaction() as conn:
-            stage, old = runner.reenter(conn, mid, from_stage, reason=reason, by=os.environ.get("USER", "operator"))
+            stage, old = runner.reenter(conn, mid, from_stage, reason=reason, by=_operator())
     except runner.RetryRefused as exc:
         err.print(f"[bold red]refused:[/] message {mid}: {escape(str(exc))}")
         return False
@@ -562,8 +585,9 @@ def _retry_one(mid: int, from_stage: str | None, reason: str) -> bool:
         why = explain(exc)[1]
         with db.transaction() as conn:
             runner.set_waiting(conn, mid, f"enqueue pending: {why}")
+        every = get_settings().sweep_every_s
         console.print(f"message {mid}: {moved}; enqueue pending: {escape(why)}. The sweep enqueues it for"
-                      f" {stage.name} once Redis answers (every {SWEEP_EVERY_S} s, for a message waiting over"
+                      f" {stage.name} once Redis answers (every {every:g} s, for a message waiting over"
                       f" {stage.stuck_after_s} s)", soft_wrap=True)
         return True
     console.print(f"message {mid}: {moved}, " + (f"enqueued for {stage.name}" if queued
@@ -606,6 +630,20 @@ def refuse(message: str = typer.Argument(..., help="Message-ID header value or i
     _decide(message, approve=False, reason=reason)
 
 
+def _operator() -> str:
+    """Who runs this command, for the audit: the real uid's name as the OS has it, never
+    LOGNAME or USER (the caller sets those). Under sudo, root's record names the caller
+    too (`root (sudo from alice)`); SUDO_USER is believed only when the real uid is 0,
+    since anyone can set it."""
+    uid = os.getuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid with no passwd entry (a container's): the number is the truth
+        name = f"uid {uid}"
+    sudo = os.environ.get("SUDO_USER") if uid == 0 else None
+    return f"{name} (sudo from {sudo})" if sudo and sudo != name else name
+
+
 def _decide(message: str, *, approve: bool, reason: str | None) -> None:
     from synedre import db
     from synedre.approvals import decisions
@@ -613,17 +651,23 @@ def _decide(message: str, *, approve: bool, reason: str | None) -> None:
     from tasks.app import enqueue
 
     need_database()
-    by = f"operator:{getpass.getuser()}"
+    by = f"operator:{_operator()}"
     with db.transaction() as conn:
         mid = messages.lookup(conn, message)
         if mid is None:
             fail(f"no message {message!r}")
         why = decisions.decide(conn, mid, approve=approve, by=by, note=reason)
+        stage = decisions.released_stage(conn, mid)
     if why is not None:
         fail(f"message {mid}: nothing decided ({why.replace('_', ' ')})")
     if approve:
-        enqueue("spawn", mid)
-    done = "approved, handed to spawn" if approve else str(Status.REFUSED)
+        enqueue(stage, mid)
+    else:  # the reason becomes a lesson; if Redis cannot take it now, the sweep offers it later
+        try:
+            enqueue("learn", mid)
+        except Exception as exc:  # noqa: BLE001 - the refusal stands; its lesson is the sweep's then
+            console.print(f"the reason is learnt later ({type(exc).__name__})")
+    done = f"approved, handed to {stage}" if approve else str(Status.REFUSED)
     console.print(f"message {mid}: {done} (by {by})")
 
 
@@ -666,6 +710,8 @@ def _print_status(snap: dict[str, Any]) -> None:
         console.print("messages: " + (", ".join(
             f"{k} {v}" + (f" ({waiting[k]} waiting)" if waiting.get(k) else "") for k, v in msgs.items() if v)
             + f" (total {sum(msgs.values())})" if any(msgs.values()) else "none"), soft_wrap=True)
+        if any((dkim := snap.get("dkim") or {}).values()):
+            console.print("dkim: " + ", ".join(f"{k} {v}" for k, v in dkim.items()))
     queues = snap["queues"]
     if "error" in queues:
         console.print(f"[red]queues: {escape(queues['error'])}[/]", soft_wrap=True)
@@ -683,15 +729,18 @@ def _print_status(snap: dict[str, Any]) -> None:
 
 
 @report_app.command("calibration")
-def report_calibration(days: int = typer.Option(30, min=1, help="Window, in days")) -> None:
-    """The classifier's calibration report (markdown): per intent, counts, confidence, success,
-    and the autonomy gate (over 90 % success on at least 30 run and plan items)."""
+def report_calibration(days: int = typer.Option(30, min=1, help="Window, in days"),
+                       as_json: bool = typer.Option(False, "--json", help="Machine-readable output")) -> None:
+    """The classifier's calibration report (markdown): per intent, counts, confidence, success of
+    the launched work, and the autonomy gate (over 90 % success on at least 30 run and plan
+    items launched; refused and expired approvals counted apart as its failures)."""
     from synedre import db
-    from synedre.report.calibration import collect, render
+    from synedre.report.calibration import as_dict, collect, render
 
     need_database()
     with db.transaction() as conn:
-        sys.stdout.write(render(collect(conn, days=days)) + "\n")
+        data = collect(conn, days=days)
+    sys.stdout.write((json.dumps(as_dict(data), ensure_ascii=False, indent=1) if as_json else render(data)) + "\n")
 
 
 @spawn_app.command("pause")
@@ -700,7 +749,7 @@ def spawn_pause(reason: str = typer.Option("operator", help="Why, for the record
     from synedre import kv
     from synedre.spawn import locks
 
-    locks.pause(kv.client(), by=os.environ.get("USER", "operator"), reason=reason)
+    locks.pause(kv.client(), by=_operator(), reason=reason)
     console.print("launches paused")
 
 
@@ -747,6 +796,8 @@ def launch_resume(message: str = typer.Argument(..., help="Message-ID header val
         if mid is None:
             fail(f"no message {message!r}")
         found = stage.resumable(conn, mid, get_settings())
+        if isinstance(found, str):  # refused, audited with why
+            messages.audit(conn, mid, "spawn_resume_skipped", reason=found, by="operator")
     if isinstance(found, str):
         fail(f"message {mid}: not resumable: {found}")
     if session.gone(get_settings().state_dir, found["id"], found["session_id"]):
@@ -882,6 +933,7 @@ def poll(mailbox: str = typer.Argument("atlas", help="The mailbox's id in the re
 
     from synedre import mailboxes
     from synedre.mailboxes import RegistryError
+    from synedre.oauth import TokenUnavailable
 
     try:
         box = mailboxes.get(mailbox)  # an unknown mailbox is refused here, not in a worker
@@ -899,11 +951,87 @@ def poll(mailbox: str = typer.Argument("atlas", help="The mailbox's id in the re
     if get_settings().log_level != "DEBUG":  # the failure is said once below, not as the task's traceback
         logging.getLogger("celery.app.trace").setLevel(logging.CRITICAL)
     try:  # one attempt, here and now: a worker's retries are the worker's
-        console.print_json(data=poll_task.apply(args=[mailbox], retries=poll_task.max_retries).get())
+        result = poll_task.apply(args=[mailbox], retries=poll_task.max_retries).get()
+    except TokenUnavailable as exc:
+        raise Unavailable(f"mailbox {mailbox}: {exc}: check the network and the provider's status") from exc
     except (OSError, IMAPClientError) as exc:
         raise Unavailable(f"IMAP of mailbox {mailbox} ({box.imap_host}:{box.imap_port}) did not answer"
-                          f" ({type(exc).__name__}: {exc}): check the server, and the mailbox's entry and"
-                          " password in SYNEDRE_MAILBOXES_FILE") from exc
+                          f" ({type(exc).__name__}: {' '.join(str(exc).split())}): check the server, and the"
+                          " mailbox's entry in SYNEDRE_MAILBOXES_FILE") from exc
+    if "login_refused" in result:  # it answered, and said no
+        fail(result["login_refused"], DEPENDENCY)
+    console.print_json(data=result)
+
+
+@mailbox_app.command("authorize")
+def mailbox_authorize(
+    mailbox: str = typer.Argument(..., help="The mailbox's id in the registry"),
+    flow: Literal["device", "code"] | None = typer.Option(
+        None, "--flow", help="device: a code to enter on the provider's page (Microsoft's default); code: an"
+                             " address to open, the browser's answer pasted back (Google's default)"),
+) -> None:
+    """Obtain the OAuth2 refresh token of an `auth = "oauth2"` mailbox and store it (mode 0600) in
+    the file its refresh_token_file names; then log in with it. Works on a headless server. For
+    Microsoft 365 app-only access (app_only = true) there is none to store: it checks the grant."""
+    from synedre import mailboxes, oauth
+
+    try:
+        box = mailboxes.get(mailbox)
+    except mailboxes.RegistryError as exc:
+        fail(str(exc), USAGE)
+    cfg = box.oauth2
+    if cfg is None:
+        fail(f"mailbox {mailbox} logs in with a password (password_env): there is nothing to authorize", USAGE)
+    if not cfg.app_only and cfg.refresh_token_file is None:
+        fail(f"mailbox {mailbox}: name a refresh_token_file in [mailboxes.{mailbox}.oauth2]: the token is stored"
+             " there (a variable cannot be written)", USAGE)
+    try:
+        if cfg.app_only:
+            box.access_token(fresh=True)
+            console.print(f"app-only access: the token endpoint granted a token for {box.username};"
+                          " there is no refresh token to store")
+        else:
+            assert cfg.refresh_token_file is not None
+            token = _authorize_flow(box, cfg, flow or _default_flow(cfg))
+            if not token.get("refresh_token"):
+                fail(f"mailbox {mailbox}: the provider gave no refresh token (ask for offline access:"
+                     " Microsoft's offline_access scope)")
+            oauth.store_refresh_token(cfg.refresh_token_file, str(token["refresh_token"]))
+            console.print(f"refresh token stored in {cfg.refresh_token_file} (mode 0600)")
+    except oauth.AuthorizeError as exc:
+        fail(f"mailbox {mailbox}: {exc}")
+    except oauth.TokenRefused as exc:
+        fail(f"mailbox {mailbox}: {exc}")
+    except oauth.TokenUnavailable as exc:
+        fail(f"mailbox {mailbox}: {exc}", DEPENDENCY)
+    except oauth.SecretMissing as exc:
+        fail(f"mailbox {mailbox}: {exc}", USAGE)
+    with box.session() as client:  # LoginRefused: one line and exit 3, through the one error path
+        client.select_folder(box.folder, readonly=True)
+    console.print(f"{box.imap_server}: login as {box.username} ok (XOAUTH2)")
+
+
+def _default_flow(cfg: Any) -> Literal["device", "code"]:
+    if cfg.provider == "google":
+        return "code"  # Google's device flow does not grant the mail scope
+    return "device" if cfg.endpoints().device_authorization_url else "code"
+
+
+def _authorize_flow(box: Any, cfg: Any, flow: Literal["device", "code"]) -> dict[str, Any]:
+    from synedre import oauth
+
+    if flow == "device":
+        code = oauth.start_device(cfg)
+        console.print(f"To let Synedre use mailbox {box.id}, open {code.verification_uri} in a browser, sign in"
+                      f" as {box.username} and enter the code {code.user_code}"
+                      f" (within {code.expires_in / 60:.0f} min). Waiting…")
+        return oauth.poll_device(cfg, code)
+    request = oauth.authorization_request(cfg)
+    console.print(f"Open this address in a browser, sign in as {box.username} and allow access:", soft_wrap=True)
+    console.print(request.url, soft_wrap=True, markup=False, highlight=False)
+    console.print(f"The browser then fails to load {oauth.PASTE_REDIRECT_URI}…: copy that whole address from its"
+                  " address bar and paste it here (the code alone will do).", soft_wrap=True)
+    return oauth.exchange_code(cfg, request, typer.prompt("address", prompt_suffix=": "))
 
 
 @app.command()
@@ -925,8 +1053,8 @@ def idle() -> None:
     expires = get_settings().poll_interval_s
     failed = watch_all(boxes, lambda box: celery.send_task("synedre.poll", args=[box], expires=expires), stop)
     if failed and not stop.is_set():
-        # Every watcher has given up (a refused login, no IDLE): exit so the fleet restarts
-        # us after its backoff, which also picks up a corrected registry or password.
+        # Every watcher has given up (a server without IDLE; a refused login is retried in
+        # place after the mailbox backoff): exit so the fleet restarts us after its own.
         fail(f"IDLE watcher stopped for {', '.join(failed)}; see the idle_failed log lines", DEPENDENCY)
 
 
@@ -964,48 +1092,89 @@ def metrics(address: str = typer.Option("127.0.0.1", help="Interface to listen o
 def fleet(grace: float = typer.Option(120.0, help="Seconds running tasks get to finish on stop"),
           with_flower: bool = typer.Option(False, "--flower", help="Also run Flower (as `synedre flower`)")) -> None:
     """Run everything: migrations, then beat, the workers and the IDLE watcher (and Flower)."""
+    s = get_settings()
+    _registry_or_fail()  # read only: a mistaken registry leaves no state directory behind
+    claim = _claim_state_dir(s)  # before anything that writes: a second fleet must touch nothing
+    code = run_fleet(s, grace, with_flower)
+    claim.close()
+    raise typer.Exit(code)
+
+
+def _claim_state_dir(s: Settings) -> Any:
+    """This process as the state directory's one fleet (the lock held while the returned
+    file stays open), else one line naming the fleet that runs, exit 1."""
+    from synedre import fleet as fleet_mod
+
+    try:
+        return fleet_mod.claim_state_dir(s.state_dir)
+    except fleet_mod.FleetRunning as exc:
+        fail(str(exc))
+
+
+def run_fleet(s: Settings, grace: float, with_flower: bool = False,
+              ready: Callable[[], None] | None = None) -> int:
+    """The fleet's run, from its checks to its stop; the caller holds the state directory.
+    `ready` runs once the database is migrated, before the checks and the workers (the
+    try-out imports its directory there). The embedded database is stopped at the end only
+    if this run started it: one another process started (`synedre db upgrade`, a test) is
+    left as it was found."""
     from synedre import db, fleet as fleet_mod
     from synedre.db.migrate import MigrationError, upgrade
 
-    s = get_settings()
     boxes = _fleet_preflight(s, with_flower)
-    env = dict(os.environ, SYNEDRE_DATABASE_URL=db.database_url(s))
-    try:
-        done = upgrade(s.migrations_dir, env["SYNEDRE_DATABASE_URL"])
-    except MigrationError as exc:
-        fail(str(exc))
-    from synedre import health
-
-    for c in health.check_all(s):
-        if c.level != "ok":
-            err.print(f"[bold yellow]{c.level}:[/] {c.name}: {escape(c.detail)}")
-    console.print(f"[green]database ready[/] ({len(done)} migration(s) applied); "
-                  f"mailboxes: {', '.join(boxes)}; Ctrl-C stops everything cleanly")
     embedded = not s.database_url
+    started = [embedded and not db.embedded_running(s)]
+    try:  # a Ctrl-C (or a failure) during the start stops the database too, if this run started it
+        env = dict(os.environ, SYNEDRE_DATABASE_URL=db.database_url(s))
+        try:
+            done = upgrade(s.migrations_dir, env["SYNEDRE_DATABASE_URL"])
+        except MigrationError as exc:
+            fail(str(exc))
+        if ready is not None:
+            ready()
+        from synedre import health
 
-    def restart_loop(child: str, restarts: int, window_s: float) -> None:
-        from synedre import incidents
+        for c in health.check_all(s):
+            if c.level != "ok":
+                err.print(f"[bold yellow]{c.level}:[/] {c.name}: {escape(c.detail)}")
+        console.print(f"[green]database ready[/] ({len(done)} migration(s) applied); "
+                      f"mailboxes: {', '.join(boxes)}; Ctrl-C stops everything cleanly")
 
-        incidents.safely(incidents.restart_loop(child, restarts, window_s))
+        def restart_loop(child: str, restarts: int, window_s: float) -> None:
+            from synedre import incidents
 
-    code = fleet_mod.supervise(fleet_mod.children(flower=with_flower), env, grace,
-                                watch=_dependency_watch(s, embedded), on_restart_loop=restart_loop)
-    if embedded and db.stop_embedded(s):
-        console.print("embedded database stopped")
-    raise typer.Exit(code)
+            incidents.safely(incidents.restart_loop(child, restarts, window_s))
+
+        return fleet_mod.supervise(fleet_mod.children(flower=with_flower), env, grace,
+                                   watch=_dependency_watch(s, embedded, started), on_restart_loop=restart_loop)
+    finally:
+        if started[0]:
+            if db.stop_embedded(s):
+                console.print("embedded database stopped")
+        elif embedded:
+            console.print("embedded database left running (started by another command; `synedre db stop`"
+                          " stops it)")
+
+
+def _registry_or_fail() -> dict[str, Any]:
+    """The mailbox registry with every password it names, or one line and exit 2."""
+    from synedre import mailboxes
+
+    try:
+        boxes = mailboxes.load()
+        for box in boxes.values():
+            box.check_secrets()
+    except mailboxes.RegistryError as exc:
+        fail(str(exc), USAGE)
+    return boxes
 
 
 def _fleet_preflight(s: Settings, with_flower: bool) -> dict[str, Any]:
     """What the fleet cannot start without, each refused in one line: the mailboxes and
     their passwords, Flower's credentials when asked for, the approval policy, a reachable Redis."""
-    from synedre import kv, mailboxes
+    from synedre import kv
 
-    try:
-        boxes = mailboxes.load()
-        for box in boxes.values():
-            box.password()
-    except mailboxes.RegistryError as exc:
-        fail(str(exc), USAGE)
+    boxes = _registry_or_fail()
     if with_flower and (why := s.flower_auth()[1]):
         fail(f"--flower: {why}: Flower never runs without authentication", USAGE)
     from synedre.approvals import policy
@@ -1018,9 +1187,10 @@ def _fleet_preflight(s: Settings, with_flower: bool) -> dict[str, Any]:
     return boxes
 
 
-def _dependency_watch(s: Settings, embedded: bool) -> Callable[[], None]:
-    """The supervisor's periodic check: the embedded database restarted if it died, an
-    incident for a dependency down longer than DEPENDENCY_DOWN_S."""
+def _dependency_watch(s: Settings, embedded: bool, started: list[bool]) -> Callable[[], None]:
+    """The supervisor's periodic check: the embedded database restarted if it died (then
+    this fleet started it: `started`), an incident for a dependency down longer than
+    DEPENDENCY_DOWN_S."""
     import time
 
     from synedre import db, health, incidents
@@ -1031,6 +1201,7 @@ def _dependency_watch(s: Settings, embedded: bool) -> Callable[[], None]:
 
     def watch_database() -> None:
         if embedded and db.ensure_embedded(s):
+            started[0] = True
             log.error("embedded_database_restarted", pgdata=str(db.embedded_pgdata(s)))
         now = time.monotonic()
         if now - checked_at[0] < DEPENDENCY_CHECK_S:
@@ -1044,6 +1215,219 @@ def _dependency_watch(s: Settings, embedded: bool) -> Callable[[], None]:
             if now - since >= DEPENDENCY_DOWN_S:  # coalesced by kind and hour in incidents
                 incidents.safely(incidents.dependency_down(c.name, now - since))
     return watch_database
+
+
+# The keys a try-out needs, and what each one is for.
+TRY_KEYS = {"SYNEDRE_MISTRAL_API_KEY": "the classifier", "SYNEDRE_ANTHROPIC_API_KEY": "the agent"}
+
+
+def _missing_keys(s: Settings) -> list[str]:
+    return [var for var in TRY_KEYS if s.resolve_key(var.split("_")[1].lower())[0] is None]
+
+
+def _keys_line(missing: list[str]) -> str:
+    """One line naming every key the try-out lacks, and what waits meanwhile."""
+    return (f"no LLM key: set {' and '.join(f'{v} ({TRY_KEYS[v]})' for v in missing)}, then start `make try`"
+            " again; until then a request waits in classify saying which key it lacks (`synedre inspect --all`),"
+            " then ends classify_failed (`synedre retry` sends it back)")
+
+
+@try_app.command("run")
+def try_run(grace: float = typer.Option(30.0, help="Seconds running tasks get to finish on stop")) -> None:
+    """Start the try-out's mailbox, mail sink, example client and clamd under the state directory,
+    then the fleet (what `make try` runs); Ctrl-C stops everything."""
+    from synedre import tryout
+
+    s = get_settings()
+    claim = _claim_state_dir(s)  # one fleet per state directory, a try-out's included
+    if missing := _missing_keys(s):
+        err.print(f"[bold yellow]warning:[/] {escape(_keys_line(missing))}", soft_wrap=True)
+    try:
+        running = tryout.start(s.state_dir, missing)
+    except (tryout.dovecot.DovecotError, OSError) as exc:
+        fail(f"the try-out could not start: {exc}", DEPENDENCY)
+    try:
+        os.environ.update(running.env)  # the fleet's children inherit it
+        get_settings.cache_clear()
+        code = run_fleet(get_settings(), grace, ready=lambda: _try_ready(running))
+    finally:
+        running.stop()
+    claim.close()
+    raise typer.Exit(code)
+
+
+def _try_ready(running: Any) -> None:
+    """The try-out's directory imported (again: its ports may have changed), and what runs where."""
+    from synedre import db, tryout
+    from synedre.db.directory import import_directory, parse_file
+
+    where = running.layout
+    with db.transaction() as conn:
+        import_directory(conn, parse_file(where.directory.read_bytes()))
+    scan = (f"clamd on {running.clamd.address}, {running.clamd.database}" if running.clamd else
+            f"no clamd ({running.clamd_error}): every message with an attachment will be blocked")
+    console.print(
+        f"try-out in {where.root}:\n"
+        f"  Atlas's mailbox   IMAP 127.0.0.1:{running.mailbox.port} (Dovecot; {where.mailboxes})\n"
+        f"  founder's inbox   {where.sink} (`synedre try inbox`)\n"
+        f"  example client    {tryout.CLIENT} in {where.repo}, pre-production {running.preprod_url}\n"
+        f"  scanner           {scan}\n"
+        f"send the sample request from another terminal: .venv/bin/synedre try send", soft_wrap=True)
+
+
+@try_app.command("send")
+def try_send(file: Annotated[Path | None, typer.Argument(
+        help="An email (.eml) to deliver; by default the shipped sample, a forwarded request")] = None) -> None:
+    """Deliver an email to the try-out's Atlas mailbox (by default the shipped sample request)."""
+    from imapclient.exceptions import IMAPClientError
+
+    from synedre import tryout
+
+    s = get_settings()
+    try:
+        raw = file.read_bytes() if file is not None else tryout.sample_request()
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror}", USAGE)
+    try:
+        tryout.deliver(s.state_dir, raw)
+    except FileNotFoundError as exc:
+        fail(str(exc), DEPENDENCY)
+    except (OSError, IMAPClientError) as exc:
+        fail(f"the try-out's mailbox did not take it ({type(exc).__name__}: {exc}): is `make try` running?",
+             DEPENDENCY)
+    console.print(f"delivered {file or 'the sample request'} to Atlas's inbox: `synedre inspect --all` follows it;"
+                  " the founder's mail lands in `synedre try inbox`", soft_wrap=True)
+    if missing := tryout.layout(s.state_dir).saved().get("missing_keys"):  # the try-out's, not this terminal's
+        err.print(f"[bold yellow]warning:[/] {escape(_keys_line(missing))}", soft_wrap=True)
+
+
+@try_app.command("inbox")
+def try_inbox(number: Annotated[int | None, typer.Argument(help="A mail's number: show it (text, images)")] = None,
+              approve: bool = typer.Option(False, "--approve",
+                                           help="With an approval request's NUMBER: give the founder's OK"
+                                                " (as `synedre approve`)")) -> None:
+    """The founder's mail from the try-out (recaps, alerts, approval requests), one line each;
+    with NUMBER, that mail's text, its images saved beside it."""
+    from synedre import tryout
+    from synedre.tryout import sink
+
+    folder = tryout.layout(get_settings().state_dir).sink
+    mails = {m.number: m for m in sink.read(folder)}
+    if number is None:
+        if approve:
+            fail("--approve needs the NUMBER of an approval request", USAGE)
+        if not mails:
+            console.print(f"no mail yet in {folder}")
+        for m in mails.values():
+            console.print(f"{m.number:4d}  {m.message['Date'] or ''}  {m.kind:<10} message {m.about or '-':<5}"
+                          f" {escape(str(m.message['Subject'] or ''))}", soft_wrap=True)
+            if m.kind.startswith("approval") and m.kind != "approval-expired":
+                console.print(f"      to approve: synedre try inbox {m.number} --approve")
+        return
+    mail = mails.get(number)
+    if mail is None:
+        fail(f"no mail {number} in {folder} ({len(mails)} there)")
+    if approve:
+        if not mail.kind.startswith("approval") or mail.kind == "approval-expired" or mail.about is None:
+            fail(f"mail {number} is a {mail.kind}, not an approval request")
+        return _decide(str(mail.about), approve=True, reason=None)
+    for header in ("From", "To", "Date", "Subject"):
+        console.print(f"{header}: {escape(str(mail.message[header] or ''))}", soft_wrap=True)
+    console.print()
+    console.print(escape(mail.text().rstrip()), soft_wrap=True)
+    images = mail.images()
+    if images:
+        beside = folder / f"{number:04d}"
+        beside.mkdir(exist_ok=True)
+        for name, data in images:
+            (beside / Path(name).name).write_bytes(data)
+        console.print(f"\nimages: {', '.join(str(beside / Path(n).name) for n, _ in images)}", soft_wrap=True)
+
+
+lessons_app = typer.Typer(add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False,
+                          invoke_without_command=True,
+                          help="What the agents learnt from the founder (his NON, his refusals, escalations).")
+app.add_typer(lessons_app, name="lessons")
+
+
+@lessons_app.callback()
+def lessons_list(ctx: typer.Context,
+                 client: str | None = typer.Option(None, "--client",
+                                                   help="Only this client's (and the global) lessons"),
+                 retired: bool = typer.Option(False, "--retired", help="Retired lessons too"),
+                 wide: bool = typer.Option(False, "--wide", help="Every column, long text whole (folded)"),
+                 as_json: bool = typer.Option(False, "--json", help="Machine-readable, provenance included")) -> None:
+    """List the lessons with where each came from and how often it was given to a launch."""
+    from synedre import db
+    from synedre.db import lessons
+
+    if ctx.invoked_subcommand is not None:
+        return
+    need_database()
+    with db.transaction() as conn:
+        rows = lessons.listing(conn, _client_id(conn, client) if client else None, retired=retired)
+    if as_json:
+        sys.stdout.write(json.dumps(rows, ensure_ascii=False, indent=1, default=str) + "\n")
+        return
+    _listing([{"id": str(r["id"]), "client": r["client"] or "(all)", "agent": r["agent"] or "(all)",
+               "said": str(r["times_said"]), "given": str(r["times_given"]),
+               "from": ", ".join(f"{p['kind']} of message {p['message_id']}" if p["message_id"] else p["kind"]
+                                 for p in r["provenance"]) or "-",
+               "lesson": f"{r['title']}: {r['body']}" + (" (retired)" if r["retired_at"] else "")}
+              for r in rows], whole=("id", "client", "agent", "said", "given"), wide=wide, wide_only=("agent",),
+             empty="no lesson")
+
+
+def _client_id(conn: Any, codename: str) -> int:
+    row = conn.execute("SELECT id FROM synedre.clients WHERE codename = %s", (codename,)).fetchone()
+    if row is None:
+        fail(f"no client {codename!r} (`synedre directory show` lists them)", USAGE)
+    return int(row["id"])
+
+
+@lessons_app.command("add")
+def lessons_add(text: str = typer.Argument(..., help="The lesson, in the words the agent should read"),
+                client: str | None = typer.Option(None, "--client", help="For this client's launches"),
+                for_all: bool = typer.Option(False, "--global", help="For every client's launches"),
+                agent: str | None = typer.Option(None, "--agent", help="Only this agent's (CODENAME)")) -> None:
+    """Add a lesson by hand (redacted, embedded, deduplicated like the founder's)."""
+    from synedre import db
+    from synedre.db import lessons as sql
+    from synedre.orchestrate import lessons
+
+    if bool(client) == for_all:
+        fail("give --client CODENAME or --global (one of them)", USAGE)
+    need_database()
+    with db.transaction() as conn:
+        client_id = _client_id(conn, client) if client else None
+        agent_id = None
+        if agent:
+            row = conn.execute("SELECT id FROM synedre.agents WHERE codename = %s", (agent,)).fetchone()
+            if row is None:
+                fail(f"no agent {agent!r} (`synedre agents` lists them)", USAGE)
+            agent_id = row["id"]
+        source = sql.note_operator(conn, client_id, agent_id, text)
+    done = lessons.learn(source, get_settings())
+    if not done.startswith("lesson_"):
+        with db.transaction() as conn:
+            conn.execute("DELETE FROM synedre.lesson_sources WHERE id = %s AND learnt_at IS NULL", (source,))
+        fail(f"not added: {done}", DEPENDENCY)
+    event, lesson_id = done.split()
+    said = "said again (it was there already)" if event == "lesson_said_again" else "added"
+    console.print(f"lesson {lesson_id}: {said}")
+
+
+@lessons_app.command("retire")
+def lessons_retire(lesson_id: int = typer.Argument(..., help="The lesson's id (`synedre lessons` lists them)")) -> None:
+    """Retire a lesson: no launch is given it again (it stays listed with --retired)."""
+    from synedre import db
+    from synedre.db import lessons
+
+    need_database()
+    with db.transaction() as conn:
+        if not lessons.retire(conn, lesson_id):
+            fail(f"no live lesson {lesson_id} (retired already, or no such id)")
+    console.print(f"lesson {lesson_id}: retired")
 
 
 agent_app = _typer("One agent answers one question, outside any launch.")

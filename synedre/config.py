@@ -1,10 +1,11 @@
 """The one place that reads the environment (prefix SYNEDRE_, `.env` supported)."""
+import difflib
 import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from synedre import ROOT
@@ -43,6 +44,10 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
 
     imap_timeout_s: Seconds = 30.0
+    # A mailbox that refuses the login (or whose refresh token is refused) is tried again
+    # after this, doubling each time up to the cap: the IDLE watcher never loops on it.
+    mailbox_backoff_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
+    mailbox_backoff_max_s: Annotated[float, Field(gt=0, le=3600)] = 300.0
     poll_batch: Count = 50
     poll_interval_s: Seconds = 60.0
     poll_lock_ttl_s: Seconds = 60.0
@@ -74,6 +79,11 @@ class Settings(BaseSettings):
     approval_policy_file: Path = ROOT / "approval-policy.toml"
     max_concurrent_launches: Count = 3
     spawn_slot_retry_s: Seconds = 30.0  # a launch finding every slot taken comes back after this
+    # A launch's lock and slot live this long without renewal (renewed every third of it): how
+    # long a slot whose worker vanished stays taken, and how long after Redis lost its data a
+    # launch without its lock is still taken as running.
+    spawn_lock_ttl_s: Seconds = 60.0
+    sweep_every_s: Seconds = 15.0  # the sweep's period (beat): stuck messages are offered again
     # Resume: a launch stopped by the idle timeout is resumed once in its session (`--resume`)
     # while its budget remains; a session store kept for a resume goes after this many hours.
     auto_resume: bool = True
@@ -86,21 +96,40 @@ class Settings(BaseSettings):
     # The explicit opt-out: a root worker runs the agent as root (sandboxed still; `synedre
     # status` warns while it is on).
     agent_as_root: bool = False
+    # The OS user QA's Chromium runs as when the worker is root (scripts/system-deps creates
+    # it), its own sandbox on; missing, QA's browser is unavailable, never run as root. A
+    # worker that is not root runs it as itself.
+    qa_user: str = "synedre-qa"
     # Comma list of domains the agent's commands may reach through the sandbox's proxy;
     # empty = no network at all (SPEC §8 Sandbox).
     agent_allowed_domains: str = ""
     # Comma list of the agent's tools to keep, from the built-in lists of synedre.agent_tools;
     # unset = all of them. It can only narrow (SPEC §13): another name fails at load.
     agent_tools: str | None = None
+    # How often the agent's CLI retries a failed API call, waiting longer each time
+    # (CLAUDE_CODE_MAX_RETRIES); unset, the CLI's own count (10: a refused key fails the
+    # launch only after minutes of retries).
+    agent_api_retries: Annotated[int, Field(ge=0)] | None = None
     db_timeout_s: Seconds = 10.0
 
     # After the launch (SPEC §9)
     deploy_timeout_s: Seconds = 900.0  # ./deploy <target> --preprod
+    # What the agent wrote never runs as the fleet (SPEC §13): ./deploy runs as this OS user
+    # (scripts/system-deps creates it; a root worker switches to it), inside this sandbox
+    # runtime (npm @anthropic-ai/sandbox-runtime); either missing fails the deploy, closed.
+    deploy_user: str = "synedre-deploy"
+    deploy_sandbox: str = "srt"
     qa_timeout_s: Seconds = 30.0  # per HTTP request and browser step
     # share of differing pixels over which a page is an iso_mismatch
     iso_threshold: Annotated[float, Field(ge=0, le=1)] = 0.05
     max_iterations: Count = 3  # launches per message when QA fails
     max_iso_iterations: Count = 8  # when the only failure is a mock-up mismatch
+    # Lessons (SPEC §9.8): a new one this close (cosine similarity) to a lesson of the same
+    # client and agent says that one again instead of being stored twice.
+    lesson_same_above: Annotated[float, Field(gt=0, le=1)] = 0.9
+    # The patch a recap attaches (redacted), cut at a hunk boundary to this many bytes; 0 = no
+    # patch (the table of files changed stays)
+    recap_patch_max_bytes: Annotated[int, Field(ge=0)] = 200_000
 
     # AI facade: a key comes from SYNEDRE_<PROVIDER>_API_KEY, else from the file
     # <ai_keys_dir>/<provider> (a mounted secret); values stay in SecretStr until used.
@@ -125,6 +154,14 @@ class Settings(BaseSettings):
         from synedre.agent_tools import configured  # the built-in lists live with the launch
 
         configured(v)  # raises ToolsWidened (a ValueError) naming what would widen
+        return v
+
+    @field_validator("mailbox_backoff_max_s")
+    @classmethod
+    def _cap_above_first(cls, v: float, info: ValidationInfo) -> float:
+        first = info.data.get("mailbox_backoff_s")
+        if first is not None and v < first:
+            raise ValueError(f"below SYNEDRE_MAILBOX_BACKOFF_S ({first:g}): give the cap, at least the first delay")
         return v
 
     @field_validator("log_level", mode="before")
@@ -225,6 +262,15 @@ class Settings(BaseSettings):
     def migrations_dir(self) -> Path:
         return ROOT / "migrations"
 
+    def fleet_files(self) -> list[Path]:
+        """What nothing the agent wrote may read (SPEC §13): the fleet's code (the checkout,
+        `.env` with it), its state directory, and every configuration or key file it names.
+        Sandboxes deny these by path, on top of the file modes."""
+        named = (self.state_dir, self.attachments_dir, self.mailboxes_file, self.dkim_keys_file,
+                 self.approval_policy_file, self.ai_keys_dir, self.flower_auth_file)
+        paths = [ROOT, ROOT / ".env", *(p for p in named if p is not None)]
+        return list(dict.fromkeys(Path(os.path.abspath(p)) for p in paths))
+
 
 @lru_cache
 def get_settings() -> Settings:
@@ -244,6 +290,40 @@ def _explain(error: object) -> str:
     value = "" if secret or e["type"] == "missing" else f"={e['input']!r}"
     why = str(e["msg"]).removeprefix("Value error, ").removeprefix(f"{var} ")
     return f"{var}{value}: {why[:1].lower() if why[1:2].islower() else why[:1]}{why[1:]}"
+
+
+# SYNEDRE_* variables that are not settings but are read elsewhere: by compose's entrypoint
+# (compose/entrypoint.sh), by the agent (its environment), by the tests and benchmarks.
+OTHER_VARIABLES = frozenset({
+    "SYNEDRE_DATABASE_PASSWORD_FILE", "SYNEDRE_BROKER_PASSWORD_FILE", "SYNEDRE_SECRET_ENV_DIR",
+    "SYNEDRE_CONTRACT_PATH", "SYNEDRE_WORKER_CONTEXT", "SYNEDRE_RUN_TOKEN",
+    "SYNEDRE_TEST_REDIS_URL", "SYNEDRE_TEST_SHARED_PG_URL", "SYNEDRE_LOCKS_TEST_REDIS_URL", "SYNEDRE_BENCH_REDIS_URL"})
+
+
+def variable_names() -> list[str]:
+    """Every setting's variable, as the Configuration table names it."""
+    return [str(f.validation_alias or f"SYNEDRE_{n.upper()}") for n, f in Settings.model_fields.items()]
+
+
+def unknown_variables(environ: dict[str, str] | None = None, env_file: Path | None = ROOT / ".env") -> list[str]:
+    """One warning per SYNEDRE_* variable of the environment or of `.env` that no setting
+    reads (a typo would otherwise be ignored in silence), naming the closest known one."""
+    from dotenv import dotenv_values
+
+    known = variable_names()
+    bare = {k.removeprefix("SYNEDRE_"): k for k in known}
+    found = {name: "" for name in (os.environ if environ is None else environ)}
+    if env_file is not None and env_file.is_file():
+        found |= {name: f" ({env_file})" for name in dotenv_values(env_file) if name not in found}
+    out = []
+    for name, where in sorted(found.items()):
+        if not name.upper().startswith("SYNEDRE_") or name.upper() in known or name.upper() in OTHER_VARIABLES:
+            continue
+        # compared without the prefix every name shares, which would make anything look close
+        close = difflib.get_close_matches(name.upper().removeprefix("SYNEDRE_"), list(bare), n=1)
+        out.append(f"{name}{where} is not a setting" + (f": did you mean {bare[close[0]]}?" if close else
+                                                           " (the README's Configuration lists them)"))
+    return out
 
 
 def secret_from_env(name: str) -> str | None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import signal
 import subprocess
@@ -9,6 +10,8 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
 
 from synedre.log import log
 
@@ -16,6 +19,52 @@ RESTART_BACKOFF_MAX_S = 30.0
 # A child that died this often within the window is restarting in a loop: an incident.
 RESTART_LOOP_COUNT, RESTART_LOOP_WINDOW_S = 5, 600.0
 _PR_SET_PDEATHSIG = 1
+
+
+LOCK_FILE = "fleet.lock"
+
+
+class FleetRunning(RuntimeError):
+    """Another fleet holds this state directory (its database, its attachments, its agents)."""
+
+
+def claim_state_dir(state_dir: Path) -> IO[str]:
+    """Make this process the state directory's one fleet: an exclusive lock on
+    `<state dir>/fleet.lock`, which holds the pid, kept as long as the returned file is open
+    (keep it for the process's life). The kernel releases it when the process ends, however
+    it ends, so a crash leaves no stale lock behind."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fh = open(state_dir / LOCK_FILE, "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid = _pid_in(fh)
+        fh.close()
+        raise FleetRunning(f"a fleet already runs on {state_dir} (pid {pid}): one fleet per state directory;"
+                           " stop that one first (Ctrl-C), or set another SYNEDRE_STATE_DIR") from None
+    fh.truncate(0)
+    fh.write(f"{os.getpid()}\n")
+    fh.flush()
+    return fh
+
+
+def running_fleet(state_dir: Path) -> str | None:
+    """The pid of the fleet running on this state directory, if one does."""
+    try:
+        fh = open(state_dir / LOCK_FILE)
+    except FileNotFoundError:
+        return None
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _pid_in(fh)
+    return None
+
+
+def _pid_in(fh: IO[str]) -> str:
+    fh.seek(0)
+    return fh.read().strip() or "?"  # "?" in the instant between its lock and its write
 
 
 def _stop_with_parent() -> None:
@@ -112,10 +161,10 @@ def supervise(kids: list[Child], env: dict[str, str], grace_s: float,
                 log.error("fleet_watch_failed", error=f"{type(exc).__name__}: {exc}"[:200])
         for k in kids:
             if k.proc and k.proc.poll() is not None and not stopping:
-                log.error("fleet_child_exited", child=k.name, code=k.proc.returncode,
-                          restart_in_s=k.backoff)
                 # A child that ran a while before dying starts again from a short backoff.
                 k.backoff = 1.0 if now - k.started_at > 60 else min(k.backoff * 2, RESTART_BACKOFF_MAX_S)
+                log.error("fleet_child_exited", child=k.name, code=k.proc.returncode,
+                          restart_in_s=k.backoff)  # the delay it really waits
                 k.restart_at, k.proc = now + k.backoff, None
                 k.deaths = [d for d in k.deaths if now - d < RESTART_LOOP_WINDOW_S] + [now]
                 if on_restart_loop is not None and len(k.deaths) >= RESTART_LOOP_COUNT:

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, cast
 
 from synedre.config import Settings, get_settings
@@ -176,12 +177,23 @@ def check_imap(s: Settings) -> list[Check]:
 
     def login(box: Any) -> Callable[[], str]:
         def probe() -> str:
-            with box.session(s.imap_timeout_s) as client:
-                client.select_folder(box.folder, readonly=True)
-            return f"login as {box.username} on {box.imap_host}:{box.imap_port} ok"
+            try:
+                with box.session(s.imap_timeout_s) as client:
+                    client.select_folder(box.folder, readonly=True)
+            except mailboxes.LoginRefused as exc:  # already one line: the mailbox, the server, its answer
+                raise NotReady(f"{exc}{_cannot_send(box)}") from None
+            how = " (OAuth2)" if box.oauth2 is not None else ""
+            return f"login as {box.username} on {box.imap_host}:{box.imap_port} ok{how}"
         return probe
-    return [_timed(f"imap:{box_id}", login(box), f"; check the server, and the entry and password of {box_id}"
-                   " in SYNEDRE_MAILBOXES_FILE") for box_id, box in boxes.items()]
+    return [_timed(f"imap:{box_id}", login(box), f"; check the server, and the entry and credentials of {box_id}"
+                   f" in SYNEDRE_MAILBOXES_FILE{_cannot_send(box)}") for box_id, box in boxes.items()]
+
+
+def _cannot_send(box: Any) -> str:
+    """What else fails with a mailbox the founder's mail leaves from."""
+    if not box.smtp_host:
+        return ""
+    return f"; alerts and recaps to the founder leave from {box.id}: they cannot be sent"
 
 
 def check_llm_keys(s: Settings) -> list[Check]:
@@ -207,6 +219,68 @@ def check_llm_keys(s: Settings) -> list[Check]:
     return out
 
 
+# Each provider's probe answers within this, so that all of them fit in PROBES_BOUND_S.
+PROVIDER_PROBE_S = 5.0
+
+
+def provider_probes(s: Settings) -> dict[str, Callable[[], list[Check]]]:
+    """One probe per LLM provider that has a key: its cheapest authenticated call, for real
+    (the models list, free of charge), so that a refused key or a misspelt server URL fails
+    here rather than in the first message. The agent's API (Anthropic: every launch needs it)
+    is probed too, and without a key it fails."""
+    import importlib
+
+    from synedre.ai.providers import PROVIDERS
+
+    out: dict[str, Callable[[], list[Check]]] = {}
+    for name, provider in PROVIDERS.items():
+        if provider.url_variable is None:  # `local` needs no server
+            continue
+        why = s.resolve_key(name)[1]
+        if why is None:
+            # The SDK's import is CPU, not the network: on a loaded machine it alone could
+            # outlast the probes' bound, so it happens here, before the clock starts.
+            importlib.import_module(provider.sdk)
+            out[f"api:{name}"] = partial(_provider_rows, s, provider)
+        elif name == "anthropic":
+            out[f"api:{name}"] = partial(list, [Check("api:anthropic", False, f"{why}: every launch fails"
+                                                      " (the agent's CLI needs it)")])
+    return out
+
+
+def _provider_rows(s: Settings, provider: Any) -> list[Check]:
+    return [check_provider(s, provider)]
+
+
+def check_provider(s: Settings, provider: Any) -> Check:
+    """The provider's answer to its probe, or why it failed in words: the key refused, no such
+    API at that URL (and the form the URL takes), unreachable, or silent."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(provider.base_url(s) or "")
+    where = f"{u.scheme}://{u.hostname}{f':{u.port}' if u.port else ''}{u.path}"  # never a userinfo
+    key_var = f"SYNEDRE_{provider.name.upper()}_API_KEY"
+    started = time.monotonic()
+    try:
+        n = provider.probe(PROVIDER_PROBE_S, settings=s)
+    except Exception as exc:
+        status = getattr(exc, "status_code", None)
+        if status in (401, 403):
+            why = f"the key is refused (HTTP {status}) at {where}: check {key_var}"
+        elif status == 404:
+            why = (f"no such API at {where} (HTTP 404 for its models list): check {provider.url_variable},"
+                   f" {provider.url_form}")
+        elif status is not None:
+            why = f"HTTP {status} at {where}: {one_line(exc)[:200]}"
+        elif "timeout" in type(exc).__name__.lower() or "timed out" in str(exc).lower():
+            why = f"no answer within {PROVIDER_PROBE_S:.0f} s at {where}: check {provider.url_variable}"
+        else:
+            why = f"unreachable at {where} ({type(exc).__name__}: {one_line(exc)[:150]}): check {provider.url_variable}"
+        return Check(f"api:{provider.name}", False, why)
+    return Check(f"api:{provider.name}", True, f"{where} accepts the key ({n} models listed)"
+                 f" ({(time.monotonic() - started) * 1000:.0f} ms)")
+
+
 def check_agent_sandbox(s: Settings) -> Check:
     """Who the agent runs as and whether its sandbox can start (SPEC §8 Sandbox); the root
     opt-out (SYNEDRE_AGENT_AS_ROOT) is a warning while it is on."""
@@ -228,6 +302,31 @@ def check_agent_sandbox(s: Settings) -> Check:
     return Check("agent", "WARNING" not in detail, detail)
 
 
+def check_deploy_sandbox(s: Settings) -> Check:
+    """Whether `./deploy` can run confined: as its own user, inside the sandbox runtime (a deploy
+    that cannot is `deploy_failed`, never run unconfined)."""
+    from synedre.orchestrate.deploy import Confinement, preflight
+
+    if why := preflight(Confinement(s.deploy_sandbox, s.deploy_user)):
+        return Check("deploy", False, f"{why}: every deploy fails")
+    return Check("deploy", True, f"runs as {s.deploy_user} inside {s.deploy_sandbox}")
+
+
+def check_qa_browser(s: Settings) -> Check:
+    """Whether QA's Chromium can start confined (its sandbox on, never as root): what it would
+    run as, or why every browser check would fail."""
+    import os
+
+    from synedre.orchestrate.qa import BrowserUnavailable, confinement
+
+    try:
+        confinement(s)
+    except BrowserUnavailable as exc:
+        return Check("browser", False, f"{exc}: every browser check fails")
+    who = s.qa_user if os.geteuid() == 0 else "the worker's user"
+    return Check("browser", True, f"Chromium runs as {who}, sandboxed")
+
+
 def check_all(s: Settings | None = None) -> list[Check]:
     """Every dependency's check, all at once, within PROBES_BOUND_S."""
     s = s or get_settings()
@@ -237,14 +336,20 @@ def check_all(s: Settings | None = None) -> list[Check]:
 def _check_probes(s: Settings) -> dict[str, Callable[[], Any]]:
     return {"postgresql": lambda: [check_postgres(s)], "redis": lambda: [check_redis()],
             "clamd": lambda: [check_clamd(s)], "imap": lambda: check_imap(s), "llm": lambda: check_llm_keys(s),
-            "agent": lambda: [check_agent_sandbox(s)]}
+            **provider_probes(s), "agent": lambda: [check_agent_sandbox(s)],
+            "deploy": lambda: [check_deploy_sandbox(s)], "browser": lambda: [check_qa_browser(s)]}
+
+
+# What `snapshot` probes beside the checks.
+_NOT_CHECKS = ("messages", "queues", "consumers")
 
 
 def _checks(results: dict[str, Any]) -> list[Check]:
+    """Every check's rows, in the probes' order; one that raised or ran out of time, failed."""
     out: list[Check] = []
-    for name in ("postgresql", "redis", "clamd", "imap", "llm", "agent"):
-        got = results[name]
-        out += [Check(name, False, _reason(got))] if isinstance(got, Exception) else got
+    for name, got in results.items():
+        if name not in _NOT_CHECKS:
+            out += [Check(name, False, _reason(got))] if isinstance(got, Exception) else got
     return out
 
 
@@ -276,10 +381,12 @@ def _messages(s: Settings) -> dict[str, Any]:
 
     if why := missing_database(s):
         raise NotReady(why)
+    from synedre.db.messages import dkim_counts
+
     with db.connect() as conn:
         return {"messages": status_counts(conn), "waiting": {r["status"]: r["n"] for r in conn.execute(
             "SELECT status, count(*) AS n FROM synedre.email_states WHERE waiting_reason IS NOT NULL"
-            " GROUP BY status")}}
+            " GROUP BY status")}, "dkim": dkim_counts(conn)}
 
 
 def _queues(s: Settings) -> dict[str, Any]:

@@ -85,10 +85,6 @@ def build(incident: Incident, sender: str) -> EmailMessage:
     return msg
 
 
-def is_incident_header(headers: list[Any]) -> bool:
-    return any(isinstance(h, (list, tuple)) and h and str(h[0]).lower() == HEADER.lower() for h in headers)
-
-
 def incident_messages(conn: Conn, message_ids: tuple[int, ...]) -> list[int]:
     """Those of `message_ids` that are incident mails themselves."""
     if not message_ids:

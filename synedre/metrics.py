@@ -9,6 +9,9 @@ sees every worker on every machine, and nothing is kept in the workers:
 - `synedre_launches{status}`: launches by outcome (running, succeeded, failed, sandbox_unavailable, merge_failed);
 - `synedre_spend_today_usd` against `synedre_daily_spend_cap_usd` (the view
   `synedre.spend_today` the cap reads: launches and agent asks, UTC day);
+- `synedre_mailbox_login_failures_total{mailbox,cause}`: logins refused by a mailbox's IMAP
+  or SMTP server, or by its OAuth2 token endpoint (cause `imap`, `smtp`, `token`), counted
+  in Redis by whichever process was refused (synedre/mailboxes.py);
 - `synedre_stage_duration_seconds{stage}`: a histogram of the time from a stage's claim
   to its write. Each stage write records `duration_s` in its audit row, computed by
   PostgreSQL (synedre/runner.py, the stage runner); this process tails `audit_log` by id at
@@ -27,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from synedre.config import Settings, get_settings
@@ -158,7 +161,7 @@ class FleetCollector(Collector):
             yield from self._collect()
 
     def _collect(self) -> Iterator[Metric]:
-        from synedre import db, health, kv
+        from synedre import db, health, kv, mailboxes
         from synedre.spawn import locks
 
         s = self.settings
@@ -193,6 +196,12 @@ class FleetCollector(Collector):
                 _gauge("synedre_launch_slots_in_use", "Fleet-wide launch slots held", in_use),
                 _gauge("synedre_launch_slots_limit", "Fleet-wide launch slots", s.max_concurrent_launches),
             ]
+            failures = CounterMetricFamily(
+                "synedre_mailbox_login_failures", "Logins refused by a mailbox's IMAP or SMTP server or its"
+                " OAuth2 token endpoint", labels=["mailbox", "cause"])
+            for (box, cause), n in sorted(mailboxes.refusals().items()):
+                failures.add_metric([box, cause], float(n))
+            out.append(failures)
             up["redis"] = 1.0
         except Exception as exc:
             log.warning("metrics_source_failed", source="redis", error=type(exc).__name__)

@@ -167,10 +167,13 @@ STAGES: tuple[Stage, ...] = (
     # Unclaimed, like qa_route: the request mailed, then the founder's reply (classified as a
     # reply, see synedre/approvals/replies.py) or an operator's command moves it; the sweep
     # offers it again at its expiry, and the stage ends it `refused` with one alert.
-    Stage("approval", "poll", "ingest", (Status.AWAITING_APPROVAL,), None, (Status.MATERIALIZED, Status.REFUSED),
-          APPROVAL_EXPIRY_S),
+    # An OK hands the message back to the gate that asked: spawn (materialized) or deploy (spawned).
+    Stage("approval", "poll", "ingest", (Status.AWAITING_APPROVAL,), None,
+          (Status.MATERIALIZED, Status.SPAWNED, Status.REFUSED), APPROVAL_EXPIRY_S),
+    # A deploy whose ./deploy or infrastructure the agent changed waits for the founder's OK.
     Stage("deploy", "deploy", "after", (Status.SPAWNED,), Status.DEPLOYING,
-          (Status.DEPLOYED, Status.QA_FAILED, Status.REPORT_DUE, Status.ORCHESTRATION_FAILED), ENTRY_WAIT_S,
+          (Status.DEPLOYED, Status.QA_FAILED, Status.REPORT_DUE, Status.ORCHESTRATION_FAILED,
+           Status.AWAITING_APPROVAL), ENTRY_WAIT_S,
           retryable_from=(Status.ORCHESTRATION_FAILED,)),
     Stage("qa", "qa", "qa", (Status.DEPLOYED,), Status.QA_PLANNING, (Status.QA, Status.QA_FAILED), ENTRY_WAIT_S),
     # One task per route, on any QA worker; each claims one route of the message in
@@ -183,7 +186,7 @@ BY_NAME = {s.name: s for s in STAGES}
 # Tasks that are not stages, and their queues (housekeeping on the ingest workers' mostly; an
 # operator's resume of a launch on the spawn workers').
 HOUSEKEEPING = {"sweep": "poll", "spawn_select": "poll", "lock_watchdog": "poll", "alert": "recap",
-                "report_calibration": "recap", "spawn_resume": "spawn"}
+                "report_calibration": "recap", "spawn_resume": "spawn", "learn": "recap"}
 
 
 class WorkerGroup(NamedTuple):
@@ -219,11 +222,6 @@ def consumer_of(status: Status | str) -> Stage | None:
 
 def running_stage(status: Status | str) -> Stage | None:
     return next((s for s in STAGES if s.running == status), None)
-
-
-def stage_of(status: Status | str) -> Stage | None:
-    """The stage a message at `status` waits for or is in."""
-    return consumer_of(status) or running_stage(status)
 
 
 def position(status: Status | str) -> int:

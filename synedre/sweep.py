@@ -1,4 +1,4 @@
-"""The sweep (beat, every `SWEEP_EVERY_S`): find messages stuck at a stage and hand them on
+"""The sweep (beat, every `sweep_every_s`): find messages stuck at a stage and hand them on
 again, from the pipeline table's per-stage limits (SPEC §12, §12b).
 
 - At an entry status longer than the stage's limit (its task was lost: a broker restart,
@@ -16,13 +16,12 @@ again, from the pipeline table's per-stage limits (SPEC §12, §12b).
 from __future__ import annotations
 
 from synedre import db, runner
+from synedre.config import get_settings
 from synedre.db import messages
 from synedre.db.launches import LaunchClaim
 from synedre.pipeline import STAGES, LaunchStatus, QaCheckStatus, Stage, Status
 from synedre.runner import CLAIM_LEASE_S
-from synedre.spawn.locks import LOCK_TTL_S
 
-SWEEP_EVERY_S = 15
 BATCH = 200
 EPOCH_KEY = "synedre:broker:epoch"  # set once per Redis lifetime; gone = queued tasks are gone too
 
@@ -38,7 +37,7 @@ def broker_epoch_lost(r) -> bool:
 def launch_locks_trusted(r) -> bool:
     """Whether a launch lock missing from Redis means its launch is gone. Not until the
     epoch is a lock's lifetime old: a launch running when the broker lost its data lost its
-    lock with it, and keeps running until its next renewal (within LOCK_TTL_S) finds that
+    lock with it, and keeps running until its next renewal (within its lifetime) finds that
     out and stops it; failing it as lost before would alert the founder of a launch still
     running, and free its place under the cap while its agent works."""
     raw = r.get(EPOCH_KEY)
@@ -49,7 +48,7 @@ def launch_locks_trusted(r) -> bool:
     except ValueError:
         return True  # not a time: nothing says when the data was lost
     secs, micros = r.time()
-    return secs + micros / 1e6 - since >= LOCK_TTL_S
+    return secs + micros / 1e6 - since >= get_settings().spawn_lock_ttl_s
 
 
 def waiting_everywhere(stages: tuple[Stage, ...] = STAGES) -> list[tuple[int, str]]:

@@ -32,6 +32,8 @@ def advance(message_id: int, result: Result) -> str:
                 enqueue(nxt.name, message_id)
             if status in ALERTED:  # a failure after the launch: the founder is told
                 enqueue("alert", message_id)
+            if learn := result.detail.get("learn"):  # what the founder said, or an escalation: lessons
+                enqueue("learn", learn)
             return str(status)
         case Held(why=why):
             log.info("stage_held", message=message_id, reason=why)

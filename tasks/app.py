@@ -2,7 +2,7 @@ from celery import Celery
 from celery.signals import setup_logging, worker_process_init, worker_ready
 
 from synedre import log as logging_setup
-from synedre.config import get_settings
+from synedre.config import get_settings, unknown_variables
 from synedre.log import log
 
 app = Celery("synedre")
@@ -13,6 +13,8 @@ app.config_from_object("synedre.celeryconfig")
 def _logging(**_):
     s = get_settings()
     logging_setup.configure(s.log_format, s.log_level)
+    for line in unknown_variables():  # a misspelt setting would otherwise be ignored in silence
+        log.warning("unknown_setting", variable=line)
 
 
 @worker_process_init.connect

@@ -24,5 +24,6 @@ def classify(self, message_id: int) -> str:
     if isinstance(result, Held) and result.retry:  # the LLM was unreachable: back later, the message waits
         raise self.retry(exc=LLMUnavailable(result.why), countdown=_delay_s(n))
     if isinstance(result, Done) and (released := result.detail.get("released")):
-        enqueue("spawn", released)  # the founder's OK moved that message back to materialized
+        # the founder's OK moved that message back to its gate's stage: spawn, or deploy
+        enqueue(result.detail.get("released_to", "spawn"), released)
     return advance(mid, result)

@@ -26,7 +26,12 @@ def poll(self, mailbox_id: str = "atlas") -> dict:
 
     def hand_on(mid: int) -> None:
         enqueue(first, mid)
-    report = run_coalesced(box, hand_on)
+    try:
+        report = run_coalesced(box, hand_on)
+    except mailboxes.LoginRefused as exc:
+        # No retry fixes it soon: said once, in the result the worker logs (and `poll --wait`
+        # prints), and beat polls again.
+        return {"mailbox": mailbox_id, "login_refused": str(exc)}
     if report is None:
         return {"mailbox": mailbox_id, "skipped": "another poll holds the lock"}
     return {"mailbox": mailbox_id, "unseen": report.unseen, "inserted": len(report.inserted),

@@ -1,4 +1,6 @@
 """Queue `recap`: the founder's recap, and his alerts, through the mail facade (SPEC §9.6)."""
+from synedre.config import get_settings
+from synedre.orchestrate import lessons
 from synedre.stages import recap as stage
 from tasks._common import RETRY, advance, bind
 from tasks.app import app
@@ -17,3 +19,10 @@ def recap(self, message_id: int) -> str:
 def alert(self, message_id: int) -> str:
     bind(self, message_id)
     return stage.alert(int(message_id))
+
+
+# Housekeeping on this queue: what the founder said of a message becomes lessons (SPEC §9.8).
+@app.task(name="synedre.learn", bind=True, soft_time_limit=120, time_limit=150, **RETRY)
+def learn(self, message_id: int) -> list[str]:
+    mid = bind(self, message_id)
+    return lessons.learn_message(mid, get_settings())

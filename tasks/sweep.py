@@ -2,6 +2,7 @@
 from synedre import incidents, kv, mailboxes
 from synedre.config import get_settings
 from synedre.log import log
+from synedre.orchestrate import lessons
 from synedre.pipeline import STAGES
 from synedre.spawn import locks, session
 from synedre.spawn.locks import MessageLock
@@ -41,6 +42,8 @@ def sweep() -> int:
         if launch_locks_trusted(r) else []
     for mid in lost:  # the founder hears of a launch lost with its worker
         enqueue("alert", mid)
+    for mid in lessons.overdue():  # what was said and not learnt yet: its task was lost, or it failed
+        enqueue("learn", mid)
     _prune_sessions()
     return len(stuck) + len(lost)
 

@@ -279,6 +279,6 @@ def test_status_tells_warnings_from_failures_and_lists_only_features_in_use(base
                          timeout=60, cwd=stack.ROOT)
     features = set(re.findall(r"^\w+ llm:(\w+):", out.stdout, re.M))
     assert features == {"agent_ask", "atlas_classifier", "atlas_classifier_vision", "atlas_draft_reply",
-                        "lessons_embedding"}
+                        "lessons_embedding", "lessons_summary"}
     assert "WARN redis:" in out.stdout or "ok redis:" in out.stdout  # never FAIL for a warning
     assert "FAIL clamd:" in out.stdout and "SYNEDRE_CLAMD" in out.stdout and out.returncode == DEPENDENCY

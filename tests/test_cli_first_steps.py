@@ -1,4 +1,4 @@
-"""The README's first steps on a fresh clone (issue 19, acceptance 5 and 6): its commands,
+"""The README's path to production on a fresh clone (issue 19, acceptance 5 and 6): its commands,
 as written, create the embedded database and import the shipped directory example; a
 command run from another directory finds that same database, and one pointed at a state
 directory without a database stops with a clear line instead of creating an empty one."""
@@ -17,11 +17,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300
 
 
 def first_steps() -> list[list[str]]:
-    """The `.venv/bin/synedre …` lines of the README's first code block, as argv."""
-    block = re.search(r"```sh\n(.*?)```", (stack.ROOT / "README.md").read_text(), re.S)
-    assert block is not None
-    return [line.split("#")[0].split()[1:] for line in block.group(1).splitlines()
-            if line.startswith(".venv/bin/synedre ")]
+    """The `.venv/bin/synedre …` lines of the README's path to production (its code block that
+    creates the database), as argv."""
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", (stack.ROOT / "README.md").read_text(), re.S)
+                 if ".venv/bin/synedre db upgrade" in b)
+    return [line.split("#")[0].split()[1:] for line in block.splitlines() if line.startswith(".venv/bin/synedre ")]
 
 
 @pytest.fixture(scope="module")

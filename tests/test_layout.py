@@ -22,11 +22,10 @@ def lint_imports(where: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.timeout(240)
-def test_the_layer_contracts_hold_and_an_upward_import_breaks_them(tmp_path):
+def test_an_upward_import_breaks_the_layer_contracts(tmp_path):
     assert LINT_IMPORTS.exists(), "import-linter is not installed in this venv (make venv)"
-    kept = lint_imports(ROOT)
-    assert kept.returncode == 0 and "0 broken" in kept.stdout, kept.stdout + kept.stderr
-    # the same tree with one stair back up: the ground (config) importing a stage
+    # That the tree keeps them is `make lint`'s (lint-imports runs there, not here); this
+    # proves they would catch a stair back up: the ground (config) importing a stage.
     for name in ("synedre", "tasks"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")

@@ -18,6 +18,7 @@ from synedre import metrics
 from synedre.pipeline import STAGES, TERMINAL, Status, queues
 from tests.conftest import CORPUS
 from tests.services import stack
+from tests.services.stack import q
 
 CASES = json.loads((CORPUS / "cases.json").read_text())
 # Cases that go through every stage of this release (scan, ocr, classify, materialize) on
@@ -27,11 +28,6 @@ THROUGH = [c for c in CASES if "intent" in c["expect"] and "status_family" not i
            and isinstance(c["llm"], dict) and c["id"] != "P22"]
 DRAINED = 50
 FOUR = ("scan", "ocr", "classify", "materialize")
-
-
-def q(url, sql, *args):
-    with psycopg.connect(url) as conn:
-        return conn.execute(sql, args).fetchall()
 
 
 def _free_port() -> int:

@@ -7,22 +7,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from synedre.pipeline import TERMINAL, Status
 from tests.conftest import CORPUS
 from tests.services import stack
+from tests.services.stack import q
 
 pytestmark = pytest.mark.timeout(300)
 CASES = json.loads((CORPUS / "cases.json").read_text())
 STAGES = ["scan", "ocr", "classify", "materialize"]
 QUEUES = ["poll", *STAGES, "spawn"]
-
-
-def q(url, sql, *args):
-    with psycopg.connect(url) as conn:
-        return conn.execute(sql, args).fetchall()
 
 
 def settled(url) -> bool:

@@ -55,3 +55,21 @@ def test_each_redactor_is_fresh_but_hides_every_configured_secret(tmp_path):
     (key / "anthropic").write_text("sk-ant-rotated-key-file-00002\n")  # a mounted secret rotated
     os.utime(key / "anthropic", ns=(1, 1))
     assert "sk-ant-rotated-key-file-00002" not in secrets.redactor(s).redact_text("sk-ant-rotated-key-file-00002")
+
+
+def test_an_oauth2_mailbox_s_client_secret_and_refresh_token_are_secrets_and_a_rotation_is_seen(tmp_path, monkeypatch):
+    token = tmp_path / "atlas.refresh-token"
+    token.write_text("rt-first-refresh-token-0001\n")
+    registry = tmp_path / "mailboxes.toml"
+    registry.write_text('[mailboxes.atlas]\nimap_host = "127.0.0.1"\nusername = "atlas"\nauth = "oauth2"\n'
+                        '[mailboxes.atlas.oauth2]\nprovider = "custom"\nclient_id = "c"\n'
+                        'token_url = "https://idp.example/token"\nscopes = ["mail"]\n'
+                        f'client_secret_env = "TEST_SECRETS_CLIENT_SECRET"\nrefresh_token_file = "{token}"\n')
+    monkeypatch.setenv("TEST_SECRETS_CLIENT_SECRET", "cs-client-secret-0001")
+    s = Settings(_env_file=None, mailboxes_file=registry)
+    assert {"cs-client-secret-0001", "rt-first-refresh-token-0001"} <= set(secrets.values(s))
+    token.write_text("rt-rotated-refresh-token-0002\n")  # the provider rotated it; the fleet wrote it back
+    os.utime(token, ns=(1, 1))
+    assert "rt-rotated-refresh-token-0002" in secrets.values(s)
+    monkeypatch.setenv("TEST_SECRETS_CLIENT_SECRET", "cs-client-secret-0002")
+    assert "cs-client-secret-0002" not in secrets.redactor(s).redact_text("cs-client-secret-0002")

@@ -28,10 +28,15 @@ from synedre.config import Settings
 from synedre.db import messages
 from synedre.db.types import Conn
 from synedre.mail.outbound import message_ids
-from synedre.pipeline import BY_NAME, ApprovalStatus, Status
+from synedre.orchestrate import lessons
+from synedre.pipeline import BY_NAME, ApprovalStatus, Status, consumer_of
 
-APPROVAL, SPAWN = BY_NAME["approval"], BY_NAME["spawn"]
+APPROVAL, SPAWN, DEPLOY = BY_NAME["approval"], BY_NAME["spawn"], BY_NAME["deploy"]
 REQUEST_KIND, EXPIRED_KIND, RECAP_KIND = "approval", "approval-expired", "recap"
+# A request's gate: before a first launch, or before the deploy of a launch whose commits
+# changed how the site is deployed; an OK moves the message back to that gate's stage.
+LAUNCH_GATE, DEPLOY_GATE = "launch", "deploy"
+RELEASED_TO = {LAUNCH_GATE: Status.MATERIALIZED, DEPLOY_GATE: Status.SPAWNED}
 # The verdict opens the reply's own text: OK (or oui) releases, NON refuses; what follows is his note.
 _OK = re.compile(r"^[\s\W_]*(?:ok|oui)\b[\s\W_]*", re.I)
 _NON = re.compile(r"^[\s\W_]*non\b[\s\W_]*", re.I)
@@ -44,6 +49,17 @@ class Thread:
     message_id: int
     kind: str
     token: str | None = None  # an approval request's
+    approval_id: int | None = None  # an approval request's: the one his reply decides
+    client_id: int | None = None  # the client of the message it was about
+
+
+def request_kind(gate: str, launch_id: int | None) -> str:
+    """The outbound mail kind of a request (one mail each: a deploy's per launch)."""
+    return REQUEST_KIND if gate == LAUNCH_GATE else f"{REQUEST_KIND}-deploy-{launch_id}"
+
+
+def is_request(kind: str) -> bool:
+    return kind == REQUEST_KIND or kind.startswith(f"{REQUEST_KIND}-deploy-")
 
 
 @dataclass(frozen=True)
@@ -79,25 +95,33 @@ def thread_of(conn: Conn, raw: bytes) -> Thread | None:
     if not ids:
         return None
     rows = conn.execute(
-        """SELECT o.message_id, o.kind, o.rfc_message_id, a.token FROM synedre.outbound_mail o
-             LEFT JOIN synedre.approvals a ON a.message_id = o.message_id AND o.kind = %s
-            WHERE o.rfc_message_id = ANY(%s) AND o.kind IN (%s, %s)""",
-        (REQUEST_KIND, ids, REQUEST_KIND, RECAP_KIND)).fetchall()
+        """SELECT o.message_id, o.kind, o.rfc_message_id, a.token, a.id AS approval_id, s.client_id
+             FROM synedre.outbound_mail o
+             LEFT JOIN synedre.email_states s ON s.message_id = o.message_id
+             LEFT JOIN synedre.approvals a ON a.message_id = o.message_id
+                   AND o.kind = CASE a.gate WHEN 'launch' THEN %(req)s ELSE %(req)s || '-deploy-' || a.launch_id END
+            WHERE o.rfc_message_id = ANY(%(ids)s) AND (o.kind IN (%(req)s, %(recap)s) OR o.kind LIKE %(deploy)s)""",
+        {"req": REQUEST_KIND, "ids": ids, "recap": RECAP_KIND, "deploy": f"{REQUEST_KIND}-deploy-%"}).fetchall()
     by_id = {r["rfc_message_id"]: r for r in rows}
     r = next((by_id[i] for i in ids if i in by_id), None)
-    return Thread(r["message_id"], r["kind"], r["token"]) if r else None
+    return Thread(r["message_id"], r["kind"], r["token"], r["approval_id"], r["client_id"]) if r else None
+
+
+def not_the_founders(*, raw: bytes, sender: str | None, dkim_pass: bool, founder: frozenset[str]) -> str | None:
+    """Why this mail is not the founder's own, signed (None: it is): the envelope and the only
+    header From are his, and DKIM passes."""
+    if not (sender and sender.lower() in founder and _header_from(raw) == [sender.lower()]):
+        return "not_from_the_founder"
+    return None if dkim_pass else "not_dkim_verified"
 
 
 def judge(thread: Thread, *, raw: bytes, sender: str | None, dkim_pass: bool, subject: str, body: str,
           cover: str, founder: frozenset[str]) -> Judgement:
     """Whether this reply is the founder's decision, checked in order; the first failing
     check is the reason audited."""
-    froms = _header_from(raw)
-    if not (sender and sender.lower() in founder and froms == [sender.lower()]):
-        return Judgement(None, None, "not_from_the_founder")
-    if not dkim_pass:
-        return Judgement(None, None, "not_dkim_verified")
-    if thread.kind == REQUEST_KIND and not (thread.token and (thread.token in subject or thread.token in body)):
+    if why := not_the_founders(raw=raw, sender=sender, dkim_pass=dkim_pass, founder=founder):
+        return Judgement(None, None, why)
+    if is_request(thread.kind) and not (thread.token and (thread.token in subject or thread.token in body)):
         return Judgement(None, None, "token_missing")
     verdict, note = verdict_of(cover)
     if verdict is None:
@@ -127,7 +151,8 @@ def gate(conn: Conn, state: dict[str, Any], kind: str, model: str, s: Settings) 
     """In the claim's transaction: the approved request's id (the launch records it), None
     (no rule asks), or the message moved to `awaiting_approval` with its request opened."""
     mid = state["message_id"]
-    row = conn.execute("SELECT id, status FROM synedre.approvals WHERE message_id = %s", (mid,)).fetchone()
+    row = conn.execute("SELECT id, status FROM synedre.approvals WHERE message_id = %s AND gate = %s",
+                       (mid, LAUNCH_GATE)).fetchone()
     if row is not None and row["status"] == ApprovalStatus.APPROVED:
         return int(row["id"])
     facts = launch_facts(conn, state, kind, s)
@@ -151,28 +176,35 @@ def gate(conn: Conn, state: dict[str, Any], kind: str, model: str, s: Settings) 
 # -- a decision, once -----------------------------------------------------------------------
 
 def decide(conn: Conn, message_id: int, *, approve: bool, by: str, reply_message_id: str | None = None,
-           note: str | None = None) -> str | None:
-    """Consume the open, unexpired request of `message_id` and move the message on, in the
+           note: str | None = None, approval_id: int | None = None) -> str | None:
+    """Consume the open, unexpired request of `message_id` (the one `approval_id` names, when
+    given: the request a reply answers) and move the message on to its gate's stage, in the
     caller's transaction. None when this call won; else why nothing changed."""
     status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REFUSED
     row = conn.execute(
         """UPDATE synedre.approvals SET status = %s, decided_at = now(), decided_by = %s,
                   decision_message_id = %s, note = %s
-            WHERE message_id = %s AND status = %s AND expires_at > now() RETURNING id, rule""",
-        (str(status), by, reply_message_id, note, message_id, str(ApprovalStatus.WAITING))).fetchone()
+            WHERE message_id = %s AND status = %s AND expires_at > now() AND (%s::bigint IS NULL OR id = %s)
+        RETURNING id, rule, gate""",
+        (str(status), by, reply_message_id, note, message_id, str(ApprovalStatus.WAITING), approval_id,
+         approval_id)).fetchone()
     if row is None:
-        return why_closed(conn, message_id)
-    detail = {"approval_id": row["id"], "rule": row["rule"], "by": by, "reply_message_id": reply_message_id}
-    done = runner.Done(Status.MATERIALIZED, "approval_granted", detail) if approve else \
+        return why_closed(conn, message_id, approval_id)
+    detail = {"approval_id": row["id"], "rule": row["rule"], "gate": row["gate"], "by": by,
+              "reply_message_id": reply_message_id}
+    done = runner.Done(RELEASED_TO[row["gate"]], "approval_granted", detail) if approve else \
         runner.Done(Status.REFUSED, "approval_refused", {**detail, "note": note})
+    if not approve:  # his reasons are a lesson for the next launch (SPEC §9.8)
+        lessons.note(conn, "approval_refused", f"approval_refused:{row['id']}", message_id, note)
     if not runner.move(conn, APPROVAL, message_id, done, at=Status.AWAITING_APPROVAL):
         raise RuntimeError(f"message {message_id}: its request was open but it was not awaiting approval")
     return None
 
 
-def why_closed(conn: Conn, message_id: int) -> str:
-    row = conn.execute("SELECT status, expires_at <= now() AS late FROM synedre.approvals WHERE message_id = %s",
-                       (message_id,)).fetchone()
+def why_closed(conn: Conn, message_id: int, approval_id: int | None = None) -> str:
+    row = conn.execute("SELECT status, expires_at <= now() AS late FROM synedre.approvals WHERE message_id = %s"
+                       " AND (%s::bigint IS NULL OR id = %s) ORDER BY id DESC LIMIT 1",
+                       (message_id, approval_id, approval_id)).fetchone()
     if row is None:
         return "no_request"
     if row["status"] == ApprovalStatus.WAITING and row["late"]:
@@ -193,12 +225,41 @@ def expire(conn: Conn, message_id: int) -> bool:
     return runner.move(conn, APPROVAL, message_id, done, at=Status.AWAITING_APPROVAL)
 
 
+def released_stage(conn: Conn, message_id: int) -> str:
+    """The stage an OK handed the message back to (spawn for a launch, deploy for a deploy)."""
+    row = conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s", (message_id,)).fetchone()
+    stage = consumer_of(row["status"]) if row else None
+    return stage.name if stage else SPAWN.name
+
+
+def gate_deploy(conn: Conn, message_id: int, launch_id: int | None, s: Settings) -> tuple[bool, int | None]:
+    """Before a deploy whose script or infrastructure changed: (the policy asks, the approved
+    request's id for this launch's deploy, if any)."""
+    approved = conn.execute(
+        "SELECT id FROM synedre.approvals WHERE message_id = %s AND gate = %s AND launch_id = %s AND status = %s",
+        (message_id, DEPLOY_GATE, launch_id, str(ApprovalStatus.APPROVED))).fetchone()
+    return policy.load(s.approval_policy_file).touches_deploy.enabled, approved["id"] if approved else None
+
+
+def ask_deploy(conn: Conn, message_id: int, launch_id: int, told: dict[str, Any]) -> runner.Done:
+    """Open the deploy's request (the deploy stage's write moves the message to
+    `awaiting_approval` with the returned result, in the same transaction)."""
+    conn.execute(
+        """INSERT INTO synedre.approvals (message_id, gate, launch_id, rule, token, facts, expires_at)
+           VALUES (%s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s))""",
+        (message_id, DEPLOY_GATE, launch_id, told["rule"], secrets.token_hex(6), Jsonb(told), APPROVAL.stuck_after_s))
+    return runner.Done(Status.AWAITING_APPROVAL, "approval_requested", {k: v for k, v in told.items() if k != "diff"})
+
+
 def record_verdict(conn: Conn, message_id: int, verdict: str, note: str | None, reply_message_id: str) -> bool:
     """The founder's verdict on a recap (the first one counts)."""
     row = conn.execute(
         """INSERT INTO synedre.recap_verdicts (message_id, verdict, note, reply_message_id)
            VALUES (%s, %s, %s, %s) ON CONFLICT (message_id) DO NOTHING RETURNING message_id""",
         (message_id, "accepted" if verdict == "ok" else "rejected", note, reply_message_id)).fetchone()
-    if row is not None:
-        messages.audit(conn, message_id, "recap_verdict", verdict=verdict, reply_message_id=reply_message_id)
-    return row is not None
+    if row is None:
+        return False
+    messages.audit(conn, message_id, "recap_verdict", verdict=verdict, reply_message_id=reply_message_id)
+    if verdict == "non":  # his note is a lesson for the next launch (SPEC §9.8)
+        lessons.note(conn, "recap_rejected", f"recap_rejected:{message_id}", message_id, note)
+    return True

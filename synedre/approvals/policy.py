@@ -35,6 +35,9 @@ class Policy(BaseModel):
     low_confidence: _Below = _Below()
     spend_share: _Share = _Share()
     wide_tools: _Rule = _Rule()
+    # Before a deploy (not a launch): on unless the file turns it off, since what it guards is
+    # the fleet's own host; an older policy file that does not name it keeps it.
+    touches_deploy: _Rule = _Rule(enabled=True)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Literal
 from synedre.classify.split import Split, forwarded_sender
 from synedre.db.directory import Client, Directory
 
-Source = Literal["envelope", "forwarded-body", "unknown"]
+Source = Literal["envelope", "forwarded-body", "follows", "unknown"]
 
 
 @dataclass(frozen=True)
@@ -33,3 +33,12 @@ def resolve(envelope_from: str | None, split: Split, directory: Directory) -> Cl
 def envelope_client(envelope_from: str | None, directory: Directory) -> Client | None:
     """The client the *envelope* sender belongs to: the only basis for raising privileges."""
     return None if directory.is_founder(envelope_from) else directory.match(envelope_from)
+
+
+def follow(who: ClientResolution, followed: Client | None) -> ClientResolution:
+    """A new request the founder sent in a recap's thread continues that work: with no client
+    of its own, it has the client of the message it follows (source `follows`), and so its
+    tenant and repository. Only for the founder's signed mail: the caller checks."""
+    if who.client_codename is not None or followed is None:
+        return who
+    return ClientResolution(followed.codename, "follows", who.is_forward)

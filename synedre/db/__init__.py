@@ -24,9 +24,9 @@ _embedded_url: str | None = None
 
 
 # The embedded server's roles (SPEC §13, least privilege): the fleet connects as the
-# application role, migrations as the superuser, the agent as a role that reads only what
-# its work needs (migrations/0008_agent_role.sql).
-ADMIN_ROLE, APP_ROLE, AGENT_ROLE = "postgres", "synedre_app", "synedre_agent"
+# application role, migrations as the superuser; both only over the Unix socket, as the
+# fleet's own OS user (no role logs in over TCP: migrations/0020_drop_agent_role.sql).
+ADMIN_ROLE, APP_ROLE = "postgres", "synedre_app"
 EMBEDDED_DB = "postgres"
 _SYSTEM_USER = "pgserver"  # pgserver's OS user for the postmaster when we are root
 _CONF = "synedre.conf"  # included by postgresql.conf; rewritten at every start
@@ -61,19 +61,6 @@ def admin_url(url: str | None = None, settings: Settings | None = None) -> str:
     if where is not None and url == _url(APP_ROLE, *where):
         return _url(ADMIN_ROLE, *where)
     return url
-
-
-def agent_url(settings: Settings | None = None) -> str | None:
-    """The embedded server's read-only agent role on loopback TCP, without any password; None
-    with an external server. No launch is handed it: the sandbox lets no database connection
-    through (synedre/spawn/sandbox.py); the role stays for read-only tooling."""
-    settings = settings or get_settings()
-    if settings.database_url is None:
-        database_url(settings)  # started if needed
-    where = _embedded_where(settings)
-    if where is None or (settings.database_url and settings.database_url != _url(APP_ROLE, *where)):
-        return None
-    return f"postgresql://{AGENT_ROLE}@127.0.0.1:{where[1]}/{EMBEDDED_DB}"
 
 
 def _url(role: str, socket_dir: Path | str, port: int) -> str:
@@ -115,11 +102,15 @@ def _start_embedded(pgdata: Path) -> str:
 
     Authentication, rewritten each time (pg_hba.conf, pg_ident.conf): the Unix socket
     admits only the fleet's own OS user (peer, mapped to the superuser and the
-    application role); loopback TCP admits only the agent role (trust: it can read a few
-    tables and nothing else), every other role and address is rejected. Knowing the
-    coordinates is not enough. pgserver's own start listens on no TCP address, so the
-    postmaster is started here with pgserver's binaries; a server started otherwise (an
-    older release) is restarted once."""
+    application role). The boundary there is peer authentication, the kernel's word for
+    the connecting uid, not file modes: the socket itself is 0777, and although it
+    usually sits in pgdata (0700, the postmaster's user's), a pgdata path too long for a
+    socket puts it in a runtime directory (made 0777 under root). Every TCP login is
+    rejected, for every role and address, password or not (an older release trusted a
+    read-only role on loopback; the rewrite here takes that line away on its next
+    start). Knowing the coordinates is not enough. pgserver's own start listens on no
+    TCP address, so the postmaster is started here with pgserver's binaries; a server
+    started otherwise (an older release) is restarted once."""
     cmds, utils = _pgserver()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     root = os.geteuid() == 0
@@ -217,8 +208,9 @@ def _port_free(port: int) -> bool:
 
 
 def _write_config(pgdata: Path, user: str | None, port: int | None = None) -> int:
-    """pg_hba.conf, pg_ident.conf and our include (loopback TCP on a port kept across
-    restarts); returns the port."""
+    """pg_hba.conf, pg_ident.conf and our include (loopback TCP, where every login is
+    rejected, on a port kept across restarts: the socket's name carries it too); returns
+    the port."""
     import re
 
     conf = pgdata / _CONF
@@ -237,7 +229,6 @@ def _write_config(pgdata: Path, user: str | None, port: int | None = None) -> in
         "pg_hba.conf": header + "".join(f"{line}\n" for line in (
             f"local all {ADMIN_ROLE},{APP_ROLE} peer map=synedre",
             "local all all reject",
-            f"host all {AGENT_ROLE} 127.0.0.1/32 trust",
             "host all all 0.0.0.0/0 reject",
             "host all all ::/0 reject")),
         "pg_ident.conf": f"{header}synedre {fleet} {ADMIN_ROLE}\nsynedre {fleet} {APP_ROLE}\n",
@@ -259,13 +250,12 @@ def _write_config(pgdata: Path, user: str | None, port: int | None = None) -> in
 
 
 def _bootstrap_roles(admin: str) -> None:
-    """The login roles exist from the first start (their grants come from migrations)."""
+    """The application role logs in from the first start (its grants come from migrations)."""
     with psycopg.connect(admin, autocommit=True, connect_timeout=_START_TIMEOUT_S) as conn:
-        for role in (APP_ROLE, AGENT_ROLE):
-            if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
-                conn.execute(f"ALTER ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE")
-            else:
-                conn.execute(f"CREATE ROLE {role} LOGIN")
+        if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (APP_ROLE,)).fetchone():
+            conn.execute(f"ALTER ROLE {APP_ROLE} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE")
+        else:
+            conn.execute(f"CREATE ROLE {APP_ROLE} LOGIN")
 
 
 def embedded_running(settings: Settings | None = None) -> bool:

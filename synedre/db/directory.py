@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from psycopg.types.json import Jsonb
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -19,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from synedre.db.tenants import check_repo, masked
+from synedre.db.tenants import ENV_NAME_RE, HOST_RE, check_repo, masked
 from synedre.db.types import Conn
 
 # Anyone can open an address there: a domain match on them proves nothing.
@@ -50,6 +51,9 @@ class Directory:
 
     def is_founder(self, address: str | None) -> bool:
         return bool(address and address.lower() in self.founder_emails)
+
+    def by_id(self, client_id: int | None) -> Client | None:
+        return next((c for c in self.clients.values() if c.id == client_id), None)
 
     def match(self, address: str | None) -> Client | None:
         """Known person first, then a client domain; never the founder's nor a consumer domain."""
@@ -113,8 +117,41 @@ class ClientEntry(_Entry):
     deploy_target: str | None = None
     preprod_url: str | None = None
     repo: str | None = None
+    # the deploy's sandbox (SPEC §13): the hosts `./deploy` may reach (`host` or `host:port`,
+    # none when empty), the variables of the fleet's environment it gets (by name), and the
+    # paths besides `deploy` whose change waits for the founder's OK before a deploy
+    deploy_hosts: list[str] = []
+    deploy_env: list[str] = []
+    infra_paths: list[str] = []
     domains: list[str] = []
     persons: list[PersonEntry] = []
+
+    @field_validator("deploy_hosts")
+    @classmethod
+    def _hosts(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        bad = [h for h in v if not HOST_RE.fullmatch(h)]
+        if bad:
+            raise ValueError(f"{info.data.get('codename', '?')}: deploy_hosts are host or host:port, without"
+                             f" scheme nor path (got {bad[0][:60]!r})")
+        return v
+
+    @field_validator("deploy_env")
+    @classmethod
+    def _env_names(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        bad = [n for n in v if not ENV_NAME_RE.fullmatch(n) or n.upper().startswith("SYNEDRE_")]
+        if bad:
+            raise ValueError(f"{info.data.get('codename', '?')}: deploy_env names environment variables, never"
+                             f" the fleet's own SYNEDRE_* (got {bad[0][:60]!r})")
+        return v
+
+    @field_validator("infra_paths")
+    @classmethod
+    def _paths(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        bad = [p for p in v if not p.strip() or p.startswith("/") or ".." in p.split("/")]
+        if bad:
+            raise ValueError(f"{info.data.get('codename', '?')}: infra_paths are paths inside the repository"
+                             f" (got {bad[0][:60]!r})")
+        return v
 
     @field_validator("preprod_url")
     @classmethod
@@ -217,11 +254,14 @@ def import_directory(conn: Conn, d: DirectoryFile) -> dict[str, Any]:
         if c.deploy_target:
             conn.execute(
                 """INSERT INTO synedre.tenant_topology (client_id, deploy_target, config)
-                   VALUES (%s, %s, jsonb_strip_nulls(jsonb_build_object('preprod_url', %s::text,
-                                                                         'repo', %s::text)))
+                   VALUES (%s, %s, jsonb_strip_nulls(jsonb_build_object(
+                     'preprod_url', %s::text, 'repo', %s::text, 'deploy_hosts', %s::jsonb, 'deploy_env', %s::jsonb,
+                     'infra_paths', %s::jsonb)))
                    ON CONFLICT (client_id) DO UPDATE SET deploy_target = EXCLUDED.deploy_target,
-                     config = tenant_topology.config - 'preprod_url' - 'repo' || EXCLUDED.config""",
-                (cid, c.deploy_target, c.preprod_url, c.repo))
+                     config = tenant_topology.config - 'preprod_url' - 'repo' - 'deploy_hosts' - 'deploy_env'
+                              - 'infra_paths' || EXCLUDED.config""",
+                (cid, c.deploy_target, c.preprod_url, c.repo,
+                 *(Jsonb(v) if v else None for v in (c.deploy_hosts, c.deploy_env, c.infra_paths))))
     for ch in d.chantiers:
         conn.execute(
             """INSERT INTO synedre.chantiers (codename, client_id, status, title, mission_letter)

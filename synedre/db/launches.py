@@ -100,6 +100,16 @@ def update(conn: Conn, c: LaunchClaim, **fields: Any) -> None:
                                          for k, v in fields.items()}})
 
 
+def record_cost(conn: Conn, c: LaunchClaim, usd: float | None) -> float:
+    """What the launch's session has cost so far (the CLI's running total: it counts the
+    session's earlier runs in), fenced; never lowered, so that a run that reports nothing
+    keeps what an earlier one recorded (`usd` None: nothing new). Returns the launch's cost now."""
+    _fence(conn, c)
+    row = conn.execute("UPDATE synedre.launches SET cost_usd = greatest(cost_usd, %s) WHERE id = %s"
+                       " RETURNING coalesce(cost_usd, 0) AS usd", (usd, c.launch_id)).fetchone()
+    return float(row["usd"]) if row else 0.0
+
+
 def add_events(conn: Conn, c: LaunchClaim, first_seq: int,
                events: Iterable[tuple[str, str | None, str | None, dict]]) -> int:
     """Append (type, subtype, tool, payload) rows from `first_seq`; returns the next seq.

@@ -103,7 +103,7 @@ def at_status(conn: Conn, status: str, since: Any = None) -> list[int]:
 
 LAUNCH_FIELDS = ("id", "attempt", "status", "model", "system_prompt", "session_id", "num_turns", "cost_usd",
                  "exit_code", "stop_reason", "started_at", "ended_at", "contract", "salvage", "branch",
-                 "prompt_version", "approval_id")
+                 "prompt_version", "approval_id", "lesson_ids")
 
 
 def launches_of(conn: Conn, message_id: int | None = None, limit: int = 50) -> list[dict[str, Any]]:
@@ -115,17 +115,35 @@ def launches_of(conn: Conn, message_id: int | None = None, limit: int = 50) -> l
              "merge": (r.get("salvage") or {}).get("merge")} for r in rows]
 
 
+# A message's DKIM outcome as an operator tells them apart: `pass`, `unsigned` (no signature
+# at all, as most mail), `fail` (a signature that does not hold, or not the From: domain's),
+# or NULL when it was never checked (parse_failed). The reason is the poll's audit's.
+DKIM_REASON_SQL = ("(SELECT a.detail->>'dkim' FROM synedre.audit_log a"
+                   " WHERE a.message_id = r.id AND a.event = 'poll_inserted' ORDER BY a.id LIMIT 1)")
+DKIM_SQL = (f"CASE WHEN r.dkim_pass THEN 'pass' WHEN {DKIM_REASON_SQL} = 'unsigned' THEN 'unsigned'"
+            f" WHEN {DKIM_REASON_SQL} IS NOT NULL THEN 'fail' END")
+
+
+def dkim_counts(conn: Conn) -> dict[str, int]:
+    """Messages per DKIM outcome (pass, fail, unsigned), zero included."""
+    counts = {"pass": 0, "fail": 0, "unsigned": 0}
+    counts.update({r["dkim"]: r["n"] for r in conn.execute(
+        f"SELECT {DKIM_SQL} AS dkim, count(*) AS n FROM synedre.raw_messages r GROUP BY 1") if r["dkim"]})
+    return counts
+
+
 def describe(conn: Conn, ids: list[int] | None = None, details: bool = False) -> list[dict[str, Any]]:
     """What `synedre inspect` shows, one dict per message, in arrival order; `details`
     adds every audit row (time, event, detail) and the launches."""
     rows = conn.execute(
-        """SELECT r.id, r.message_id, r.subject, r.mailbox, r.envelope_from, r.dkim_pass,
+        f"""SELECT r.id, r.message_id, r.subject, r.mailbox, r.envelope_from, r.dkim_pass,
+                  {DKIM_SQL} AS dkim, {DKIM_REASON_SQL} AS dkim_reason,
                   r.received_at, s.status, s.intent, s.complexity, s.confidence, s.client_source,
                   s.waiting_reason, s.waiting_until, s.stage_attempt, s.status_at,
                   c.codename AS client, s.run_id, s.question_id, s.negotiation_id, s.advice_id,
                   ch.codename AS chantier,
                   COALESCE((SELECT array_agg(a.event ORDER BY a.id) FROM synedre.audit_log a
-                             WHERE a.message_id = r.id), '{}') AS audits
+                             WHERE a.message_id = r.id), '{{}}') AS audits
              FROM synedre.raw_messages r
              JOIN synedre.email_states s ON s.message_id = r.id
              LEFT JOIN synedre.clients c ON c.id = s.client_id
@@ -145,7 +163,8 @@ def describe(conn: Conn, ids: list[int] | None = None, details: bool = False) ->
             "status_at": r["status_at"].isoformat(), "attempt": r["stage_attempt"],
             "waiting_reason": r["waiting_reason"],
             "waiting_until": r["waiting_until"].isoformat() if r["waiting_until"] else None,
-            "dkim_pass": r["dkim_pass"], "intent": r["intent"], "complexity": r["complexity"],
+            "dkim_pass": r["dkim_pass"], "dkim": r["dkim"], "dkim_reason": r["dkim_reason"],
+            "intent": r["intent"], "complexity": r["complexity"],
             "confidence": r["confidence"],
             "client": {"codename": r["client"], "source": r["client_source"]}
             if r["client"] or r["client_source"] else None,
@@ -158,8 +177,9 @@ def describe(conn: Conn, ids: list[int] | None = None, details: bool = False) ->
                                                    " WHERE message_id = %s ORDER BY id", (r["id"],))]
             item["launches"] = launches_of(conn, r["id"])
             item["approval"] = conn.execute(
-                """SELECT rule, status, created_at, expires_at, decided_at, decided_by, decision_message_id, note
-                     FROM synedre.approvals WHERE message_id = %s""", (r["id"],)).fetchone()
+                """SELECT gate, rule, status, created_at, expires_at, decided_at, decided_by, decision_message_id,
+                          note FROM synedre.approvals WHERE message_id = %s ORDER BY id DESC LIMIT 1""",
+                (r["id"],)).fetchone()
             item["recap_verdict"] = conn.execute(
                 "SELECT verdict, note, reply_message_id, decided_at FROM synedre.recap_verdicts WHERE message_id = %s",
                 (r["id"],)).fetchone()

@@ -14,6 +14,11 @@ from urllib.parse import urlsplit
 from synedre.db.types import Conn
 
 URL_SCHEMES = ("file", "ssh", "git", "https", "http")
+# A deploy_hosts entry, `host` or `host:port`, as the deploy sandbox's allowedDomains take it
+# (a `*.` wildcard allowed, an IPv6 address in brackets), without scheme nor path.
+HOST_RE = re.compile(r"(?:\*\.)?[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(?::[0-9]{1,5})?"
+                     r"|\[[0-9A-Fa-f:.]+\](?::[0-9]{1,5})?")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")  # a deploy_env entry
 # git's scp-like syntax, `[user@]host:path`, as git reads it: no slash before the colon
 _SCP = re.compile(r"(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9][A-Za-z0-9.-]*:(?!/)[^\s]+")
 
@@ -85,3 +90,18 @@ def repo_of_tenant(conn: Conn, codename: str | None) -> tuple[int | None, str | 
     row = conn.execute("SELECT id FROM synedre.clients WHERE codename = %s", (codename,)).fetchone()
     client_id = row["id"] if row else None
     return client_id, repo_of_client(conn, client_id)
+
+
+def baseline(conn: Conn, repo: str | None) -> str | None:
+    """The commit of `repo` (None: the fleet's default) last deployed with its deploy script
+    and infrastructure accepted: what a deploy's are compared with (migrations/0019)."""
+    row = conn.execute("SELECT sha FROM synedre.deploy_baselines WHERE repo = %s", (repo or "",)).fetchone()
+    return row["sha"] if row else None
+
+
+def set_baseline(conn: Conn, repo: str | None, sha: str, message_id: int | None, *, first: bool = False) -> None:
+    """Record `sha` as accepted (`first`: only when none is recorded yet, as spawn does with
+    the branch an agent's first clone starts from, before any agent commit)."""
+    then = "NOTHING" if first else "UPDATE SET sha = EXCLUDED.sha, message_id = EXCLUDED.message_id, updated_at = now()"
+    conn.execute(f"INSERT INTO synedre.deploy_baselines (repo, sha, message_id) VALUES (%s, %s, %s)"
+                 f" ON CONFLICT (repo) DO {then}", (repo or "", sha, message_id))

@@ -5,7 +5,14 @@ returns `[]` at once instead of blocking for its timeout, so an empty answer tha
 well before the timeout means the server is gone. The watcher then reconnects with a
 bounded exponential backoff and, once back, asks for one poll for whatever arrived while
 it was away. TCP keepalive covers the silent case (a host or a NAT that vanished without
-closing the connection).
+closing the connection). A server that ends the session when the OAuth2 access token it
+logged in with expires is the same case: the reconnection logs in with a new token.
+
+A refused login (a wrong password, a revoked refresh token) is not retried at that pace:
+the watcher stays up and tries again after SYNEDRE_MAILBOX_BACKOFF_S, doubling up to
+SYNEDRE_MAILBOX_BACKOFF_MAX_S, one log line per attempt naming the mailbox, the server and
+its answer, and reads its registry entry again each time (a corrected entry, a new refresh
+token from `synedre mailbox authorize`, are picked up without a restart).
 """
 from __future__ import annotations
 
@@ -19,9 +26,10 @@ import tenacity
 from imapclient import IMAPClient
 from imapclient.exceptions import CapabilityError, IMAPClientError, LoginError
 
+from synedre import mailboxes
 from synedre.config import Settings, get_settings
 from synedre.log import log
-from synedre.mailboxes import Mailbox
+from synedre.mailboxes import LoginRefused, Mailbox, RegistryError, server_answer
 
 # Re-issue IDLE well before RFC 2177's 29-minute server timeout and the ~5-minute idle
 # timeout of many NATs and firewalls.
@@ -46,6 +54,7 @@ KEEPALIVE_COUNT = 3
 
 Connect = Callable[[Mailbox, Settings], Any]
 Trigger = Callable[[str], None]
+Reload = Callable[[], Mailbox]
 
 
 class ConnectionLost(Exception):
@@ -65,6 +74,18 @@ def is_dead(responses: list, waited_s: float, timeout_s: float) -> bool:
 def has_new_mail(responses: list) -> bool:
     return any(isinstance(r, tuple) and len(r) > 1 and r[1] in (b"EXISTS", b"RECENT")
                for r in responses)
+
+
+def is_refused(exc: BaseException) -> bool:
+    """The server (or the token endpoint) answered and said no: retried only after the
+    mailbox backoff."""
+    return isinstance(exc, LoginRefused) or isinstance(exc, LoginError) and "UNAVAILABLE" not in str(exc)
+
+
+def refusal_delay(attempt: int, settings: Settings) -> float:
+    """Before the next try after `attempt` refused logins in a row: the first delay, doubled
+    each time, at most the cap."""
+    return min(settings.mailbox_backoff_s * 2 ** (attempt - 1), settings.mailbox_backoff_max_s)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -93,7 +114,7 @@ def connect(mailbox: Mailbox, settings: Settings) -> IMAPClient:
     client = mailbox.client(settings.imap_timeout_s)
     try:
         enable_keepalive(client.socket())
-        client.login(mailbox.username, mailbox.password())
+        mailbox.login(client)
         if not client.has_capability("IDLE"):
             raise CapabilityError(f"{mailbox.imap_host} does not support IDLE")
         client.select_folder(mailbox.folder, readonly=True)
@@ -143,7 +164,7 @@ def _idle_round(client: Any, mailbox: Mailbox, trigger: Trigger, stop: threading
 
 
 def _session(mailbox: Mailbox, trigger: Trigger, stop: threading.Event, settings: Settings,
-             connect: Connect, down_since: list[float | None]) -> None:
+             connect: Connect, down_since: list[float | None], refused: list[int]) -> None:
     """Connect and IDLE until `stop` (returns) or the connection is lost.
 
     A loss after STABLE_S returns too, so the caller starts the backoff over; an
@@ -151,6 +172,7 @@ def _session(mailbox: Mailbox, trigger: Trigger, stop: threading.Event, settings
     if stop.is_set():
         return
     client = connect(mailbox, settings)
+    refused[0] = 0  # logged in: a later refusal starts the mailbox backoff over
     connected = time.monotonic()
     since = down_since[0]
     down_since[0] = None
@@ -196,19 +218,41 @@ def _retrying(mailbox: Mailbox, stop: threading.Event) -> tenacity.Retrying:
 
 
 def watch(mailbox: Mailbox, trigger: Trigger, stop: threading.Event,
-          settings: Settings | None = None, connect: Connect = connect) -> None:
-    """Run until `stop` is set, reconnecting after any network or IMAP failure.
+          settings: Settings | None = None, connect: Connect = connect, reload: Reload | None = None) -> None:
+    """Run until `stop` is set, reconnecting after any network or IMAP failure, and after a
+    refused login once the mailbox backoff has passed (`reload` reads the entry again).
 
-    Raises only what retrying cannot fix (a refused login, a server without IDLE)."""
+    Raises only what retrying cannot fix (a server without IDLE)."""
     settings = settings or get_settings()
     down_since: list[float | None] = [None]
+    refused = [0]
     while not stop.is_set():
         try:
-            _retrying(mailbox, stop)(_session, mailbox, trigger, stop, settings, connect, down_since)
+            _retrying(mailbox, stop)(_session, mailbox, trigger, stop, settings, connect, down_since, refused)
         except Exception as exc:
-            if stop.is_set() and is_transient(exc):
+            if stop.is_set() and (is_transient(exc) or is_refused(exc)):
                 return
-            raise
+            if not is_refused(exc):
+                raise
+            refused[0] += 1
+            delay = refusal_delay(refused[0], settings)
+            log.error("idle_login_refused", mailbox=mailbox.id, attempt=refused[0], retry_in_s=delay,
+                      detail=str(exc) if isinstance(exc, LoginRefused) else
+                      f"mailbox {mailbox.id}: {mailbox.imap_server} refused the login: {server_answer(exc)}")
+            if stop.wait(delay):
+                return
+            mailbox = _reloaded(mailbox, reload)
+
+
+def _reloaded(mailbox: Mailbox, reload: Reload | None) -> Mailbox:
+    """The entry as the registry says now; the one held when the registry cannot be read."""
+    if reload is None:
+        return mailbox
+    try:
+        return reload()
+    except RegistryError as exc:
+        log.error("idle_registry_unreadable", mailbox=mailbox.id, detail=str(exc))
+        return mailbox
 
 
 def watch_all(boxes: list[Mailbox], trigger: Trigger, stop: threading.Event) -> list[str]:
@@ -218,7 +262,7 @@ def watch_all(boxes: list[Mailbox], trigger: Trigger, stop: threading.Event) -> 
 
     def run(box: Mailbox) -> None:
         try:
-            watch(box, trigger, stop)
+            watch(box, trigger, stop, reload=lambda: mailboxes.get(box.id))
         except Exception as exc:
             log.error("idle_failed", mailbox=box.id, error=type(exc).__name__, detail=str(exc)[:200])
             failed.append(box.id)

@@ -531,7 +531,7 @@ def deliver(box: Mailbox, sender: str, recipient: str, raw: bytes,
             smtp.starttls(context=tls)
             smtp.ehlo()
         if smtp.has_extn("auth"):
-            smtp.login(box.username, box.password())
+            box.smtp_login(smtp)  # the password, or XOAUTH2 with the mailbox's access token
         code, reply = smtp.mail(sender)
         if code != 250:
             raise smtplib.SMTPSenderRefused(code, reply, sender)
@@ -544,6 +544,8 @@ def deliver(box: Mailbox, sender: str, recipient: str, raw: bytes,
         if code != 250:  # a reply, so a definite refusal: the server keeps nothing
             raise smtplib.SMTPDataError(code, reply)
         return f"{code} {reply.decode(errors='replace')}"
+    except mailboxes.LoginRefused as exc:  # before MAIL: nothing left
+        raise MailNotSent(str(exc), transient=False) from exc
     except smtplib.SMTPRecipientsRefused as exc:
         code = next(iter(exc.recipients.values()))[0]
         raise MailNotSent(f"recipient refused: {code}", transient=400 <= code < 500, code=code) from exc
@@ -602,6 +604,8 @@ def _save_draft(conn_factory: ConnFactory, box: Mailbox, row: Row, ctx: _Context
     except (*_IMAP_ERRORS, MailNotSent) as exc:
         with conn_factory() as conn:
             _release(conn, row, OutboundStatus.DRAFTING, f"{type(exc).__name__}: {exc}", "mail_draft_failed")
+        if isinstance(exc, mailboxes.LoginRefused):
+            raise MailNotSent(f"saving the draft failed: {exc}", transient=False) from exc
         raise MailNotSent(f"saving the draft failed: {type(exc).__name__}", transient=True) from exc
     with conn_factory() as conn:
         saved = _draft_saved(conn, row, folder, uidvalidity, uid, built.skipped)
@@ -621,6 +625,8 @@ def _send(conn_factory: ConnFactory, box: Mailbox, row: Row, recipient: str,
     except _IMAP_ERRORS as exc:
         with conn_factory() as conn:
             _release(conn, row, OutboundStatus.DRAFT_SAVED, f"{type(exc).__name__}: {exc}", "mail_send_deferred")
+        if isinstance(exc, mailboxes.LoginRefused):
+            raise MailNotSent(f"fetching the draft failed: {exc}", transient=False) from exc
         raise MailNotSent(f"fetching the draft failed: {type(exc).__name__}", transient=True) from exc
     if draft is None:
         with conn_factory() as conn:

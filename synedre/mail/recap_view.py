@@ -13,6 +13,7 @@ markup but ours. Inline styles only: mail clients drop `<style>` and scripts.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from html import escape
 from pathlib import Path
@@ -23,6 +24,8 @@ from synedre.pipeline import QaCheckStatus
 
 NOTHING_DEPLOYED = "Rien n'a été déployé (pas de code à vérifier)."
 DRAFT_TITLE = "Brouillon de réponse, à envoyer vous-même"
+LESSONS_TITLE = "Leçons données à l'agent"
+LESSON_CHARS = 300
 COVER_CHARS = 1200  # of the client's words quoted back
 DEPLOY_TAIL_LINES = 20
 EVENT_CHARS = 200
@@ -35,11 +38,11 @@ _CELL = "padding:8px 6px;border-bottom:1px solid #e3e3e3;vertical-align:top;text
 
 
 def checked_page(route: dict[str, Any]) -> tuple[str, str | None]:
-    """(the page QA checked, the declared route when it differs, else None)."""
-    declared, resolved = route["route"], route.get("resolved")
-    if resolved and resolved != declared:
-        return resolved, declared
-    return declared, None
+    """(the page QA checked, the declared routes that led to it when they are not just that
+    page, else None): one check names every route that resolved to its page."""
+    page = route.get("resolved") or route["route"]
+    routes = list(route.get("routes") or [route["route"]])
+    return page, (", ".join(routes) if routes != [page] else None)
 
 
 def figures(route: dict[str, Any]) -> list[str]:
@@ -79,6 +82,14 @@ def route_line(route: dict[str, Any]) -> str:
     return f"{name} : ÉCHEC — " + "; ".join(figures(route) or ["sans détail"])
 
 
+def lesson_lines(facts: dict[str, Any]) -> list[str]:
+    """The lessons the launches were given, each saying whether the agent applied it (its
+    contract's `lessons_applied`)."""
+    applied = set(getattr(facts.get("contract"), "lessons_applied", None) or [])
+    return [f"#{x['id']} ({'appliquée' if x['id'] in applied else 'non citée par l’agent'}) "
+            f"{excerpt(x['title'] + ' : ' + x['body'], LESSON_CHARS)}" for x in facts.get("lessons") or []]
+
+
 def deploy_lines(qa: dict[str, Any]) -> list[str]:
     """A failed deploy: its exit code and the tail of its log; nothing when it succeeded."""
     if not qa.get("iteration") or qa["deployed"]:
@@ -96,6 +107,93 @@ def _cut(text: Any, n: int = EVENT_CHARS) -> str:
 def excerpt(text: str | None, n: int = COVER_CHARS) -> str:
     s = (text or "").strip()
     return s if len(s) <= n else s[:n - 1].rstrip() + "…"
+
+
+# ---- what changed (synedre/spawn/changes.py, stored per launch) ---------------------
+
+MAX_FILES_SHOWN = 60
+SHORT_SHA = 12
+
+
+def patch_name(change: dict[str, Any]) -> str:
+    """The attached patch's file name: the launch's branch, `synedre/msg-7-a1` -> `msg-7-a1.patch`."""
+    branch = str(change["branch"]).removeprefix("synedre/")
+    return (re.sub(r"[^A-Za-z0-9._-]+", "-", branch).strip("-.") or f"launch-{change['launch_id']}") + ".patch"
+
+
+def _counts(f: dict[str, Any]) -> str:
+    return "binaire" if f["added"] is None else f"+{f['added']} −{f['removed']}"
+
+
+def change_head(change: dict[str, Any]) -> str:
+    """`Branche synedre/msg-7-a1 (itération 1), 2 commit(s) : 1a2b3c4d5e6f « subject », …`"""
+    commits = ", ".join(f"{sha[:SHORT_SHA]} « {subject} »" for sha, subject in change["commits"])
+    return (f"Branche {change['branch']} (itération {change['iteration']}), {len(change['commits'])} commit(s) : "
+            + commits)
+
+
+def change_total(change: dict[str, Any]) -> str:
+    files = change["files"]
+    return (f"{len(files)} fichier(s) : +{sum(f['added'] or 0 for f in files)} "
+            f"−{sum(f['removed'] or 0 for f in files)}")
+
+
+def patch_notes(change: dict[str, Any]) -> list[str]:
+    """What the attached patch is: where it applies, and what it leaves out and why."""
+    kept, whole, out = len(change["patch"]), change["patch_bytes"], change["left_out"]
+    notes = []
+    if kept:
+        notes.append(f"Correctif joint : {patch_name(change)} ({kept} octets, secrets masqués), à appliquer sur le "
+                     f"commit {change['base_sha'][:SHORT_SHA]} (git apply).")
+    if out:
+        notes.append(f"Correctif coupé à {kept} octets sur {whole} (limite de taille) : laissé(s) de côté en tout "
+                     f"ou partie : {', '.join(out)}. Le reste est dans le dépôt (commits ci-dessus)."
+                     if kept else f"Correctif non joint : {whole} octets, au-delà de la limite de taille. "
+                     f"Il est dans le dépôt (commits ci-dessus).")
+    if change["has_binary"]:
+        notes.append("Le contenu des fichiers binaires n'est pas dans le correctif : pour eux, voir le dépôt.")
+    if change["altered"]:
+        notes.append("Des lignes existantes y ont été masquées (secret) : il ne s'applique plus tel quel.")
+    return notes
+
+
+def change_lines(changes: Sequence[dict[str, Any]], notes: bool = True) -> list[str]:
+    """The text part's "what changed": per launch its branch and commits, a line per file with
+    its lines added and removed, the totals; with `notes`, what the attached patch is."""
+    lines: list[str] = []
+    for c in changes:
+        files = c["files"]
+        lines += [change_head(c), *(f"  {_counts(f):>12}  {f['path']}" for f in files[:MAX_FILES_SHOWN])]
+        if len(files) > MAX_FILES_SHOWN:
+            lines.append(f"  … et {len(files) - MAX_FILES_SHOWN} autre(s) fichier(s)")
+        lines.append(f"  {change_total(c)}")
+        lines += patch_notes(c) if notes else []
+    return lines
+
+
+def _change_table(c: dict[str, Any]) -> str:
+    files = c["files"]
+    rows = "".join(
+        f'<tr><td style="{_CELL};font-family:monospace;font-size:13px">{_e(f["path"])}</td>'
+        + (f'<td style="{_CELL}" colspan="2">binaire</td>' if f["added"] is None else
+           f'<td style="{_CELL};color:#17702e;text-align:right">+{f["added"]}</td>'
+           f'<td style="{_CELL};color:#b00020;text-align:right">−{f["removed"]}</td>') + "</tr>"
+        for f in files[:MAX_FILES_SHOWN])
+    if len(files) > MAX_FILES_SHOWN:
+        rows += f'<tr><td colspan="3" style="{_CELL}">… et {len(files) - MAX_FILES_SHOWN} autre(s) fichier(s)</td></tr>'
+    head = (f'<tr><th style="{_CELL};font-size:13px;color:#555">Fichier</th>'
+            f'<th style="{_CELL};font-size:13px;color:#555;text-align:right">Ajoutées</th>'
+            f'<th style="{_CELL};font-size:13px;color:#555;text-align:right">Retirées</th></tr>')
+    commits = "".join(f'<li><code>{_e(sha[:SHORT_SHA])}</code> {_e(subject)}</li>' for sha, subject in c["commits"])
+    return (f'<p style="margin:0 0 6px">Branche <code>{_e(c["branch"])}</code> (itération {_e(c["iteration"])})</p>'
+            f'<ul style="margin:0 0 8px;padding-left:20px;font-size:14px">{commits}</ul>'
+            '<table role="presentation" style="width:100%;border-collapse:collapse;font-size:14px">'
+            f'{head}{rows}<tr><td colspan="3" style="{_CELL};color:#555">{_e(change_total(c))}</td></tr></table>'
+            + "".join(_para(n, "color:#555;font-size:13px;margin-top:6px") for n in patch_notes(c)))
+
+
+def _changes(changes: Sequence[dict[str, Any]]) -> str:
+    return _h2("Ce qui a changé") + "".join(_change_table(c) for c in changes)
 
 
 # ---- HTML ---------------------------------------------------------------------------
@@ -162,6 +260,10 @@ def page(facts: dict[str, Any], draft: str, summary: str, commits: Sequence[str]
     if commits:
         parts.append('<p style="margin:0 0 10px">Commits : '
                      + ", ".join(f"<code>{_e(c)}</code>" for c in commits) + "</p>")
+    if learnt := lesson_lines(facts):
+        parts += [_h2(LESSONS_TITLE), "".join(_para(line, "font-size:14px") for line in learnt)]
+    if facts.get("changes"):
+        parts.append(_changes(facts["changes"]))
     parts.append(_routes(qa) if qa["routes"] else _para(NOTHING_DEPLOYED))
     parts.append(_para(f"Coût : {float(facts['cost']):.2f} USD ({facts['launches']} lancement(s))",
                        "color:#555;font-size:14px;margin-top:16px"))

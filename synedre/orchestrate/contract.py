@@ -17,8 +17,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from synedre.classify.schema import Complexity, Intent
 
-# SPEC §9.2: everything but run + plan skips deploy and QA.
-NO_CODE_INTENTS = frozenset({"question", "negociation", "conseil"})
 # Intents the agent may report to downgrade (never noise: it was already launched).
 DOWNGRADE_INTENTS = frozenset({"run", "question", "negociation", "conseil"})
 MAX_ERROR_CHARS = 300
@@ -46,6 +44,7 @@ class LeanContract(BaseModel):
     tenant: str | None = None
     commits: list[str] = []
     summary_md: str = ""
+    lessons_applied: list[int] = []  # the ids of the LESSONS entries it applied (SPEC §9.8)
 
     @field_validator("tenant")
     @classmethod

@@ -1,4 +1,13 @@
-"""Deploy to pre-production (SPEC §9.3): `./deploy <target> --preprod` in the repository.
+"""Deploy to pre-production (SPEC §9.3): `./deploy <target> --preprod` in its own checkout.
+
+What the agent wrote is untrusted code (SPEC §13): the script runs as its own unprivileged
+user (`Confinement.user`, never root, never the fleet's), inside Anthropic's sandbox runtime
+(`srt`: bubblewrap plus a filtering proxy, the runtime Claude Code's own sandbox is built on),
+with writes only in its own directory (the checkout, and its HOME and TMPDIR beside it), none of
+the fleet's files readable (`Settings.fleet_files`), the network only to the tenant's
+`deploy_hosts` (through the proxy; none when empty) and an environment of the tenant's
+`deploy_env` names alone. `preflight` refuses to start a deploy whose sandbox cannot run:
+`DeployResult(ok=False)` with the reason, nothing of `./deploy` started.
 
 `run_deploy` never raises for what the deploy itself does: a non-zero exit, a timeout, a
 missing or non-executable script all come back as `DeployResult(ok=False)`, a QA failure
@@ -19,14 +28,18 @@ exact-value match.
 from __future__ import annotations
 
 import codecs
+import json
 import os
+import pwd
 import re
 import selectors
+import shlex
+import shutil
 import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +54,10 @@ TARGET_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 SCRIPT = "./deploy"
 
 
+# How long srt and bubblewrap get to show they start, before a deploy is refused.
+PREFLIGHT_TIMEOUT_S = 20.0
+
+
 class DeployError(ValueError):
     """The deploy could not even be attempted safely (an invalid target)."""
 
@@ -52,13 +69,55 @@ class DeployResult:
     timed_out: bool
     log_tail: str          # redacted, at most TAIL_LINES lines
     duration_s: float
+    head: str | None = None  # the commit deployed, once its script ran
 
 
-def minimal_env(home: Path | None = None) -> dict[str, str]:
-    """The environment a deploy gets unless the caller passes one: never the fleet's own
-    (its database URL and API keys), since the script is in the agent-editable repository."""
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
-            "HOME": str(home) if home else os.environ.get("HOME", "/")}
+@dataclass(frozen=True)
+class Confinement:
+    """Who runs `./deploy` and what its sandbox lets through (SPEC §13)."""
+    sandbox_bin: str                 # srt (SYNEDRE_DEPLOY_SANDBOX)
+    user: str                        # SYNEDRE_DEPLOY_USER
+    hosts: tuple[str, ...] = ()      # the tenant's deploy_hosts: srt's allowedDomains
+    env: tuple[tuple[str, str], ...] = ()  # the tenant's deploy_env, resolved (values are secrets)
+    deny_read: tuple[Path, ...] = ()  # the fleet's files (Settings.fleet_files)
+
+
+def sandbox_settings(c: Confinement, workdir: Path) -> dict[str, object]:
+    """srt's settings: writes in `workdir` alone (the checkout, HOME, TMPDIR), the fleet's files
+    unreadable but for `workdir`, the network to the tenant's hosts alone."""
+    return {"network": {"allowedDomains": list(c.hosts), "deniedDomains": []},
+            "filesystem": {"denyRead": [str(p) for p in c.deny_read], "allowRead": [str(workdir)],
+                           "allowWrite": [str(workdir)], "denyWrite": []}}
+
+
+def preflight(c: Confinement) -> str | None:
+    """None when the deploy's sandbox can start as its user; else why not (nothing is run)."""
+    if os.geteuid() != 0:
+        return (f"the deploy runs as its own user ({c.user}), which only a root worker can switch to;"
+                " it never runs as the fleet's user")
+    try:
+        user = pwd.getpwnam(c.user)
+    except KeyError:
+        return f"deploy user {c.user!r} does not exist (scripts/system-deps creates it)"
+    if user.pw_uid == 0:
+        return f"deploy user {c.user!r} is root"
+    missing = [b for b in (c.sandbox_bin, "bwrap", "socat", "rg") if shutil.which(b) is None]
+    if missing:
+        return (f"deploy sandbox unavailable: not on the PATH: {', '.join(missing)}"
+                " (npm @anthropic-ai/sandbox-runtime; Debian bubblewrap, socat, ripgrep)")
+    return None
+
+
+def _env(c: Confinement, workdir: Path) -> dict[str, str]:
+    """Never the fleet's own environment (its database URL and keys): the tenant's names only."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "HOME": str(workdir / "home"),
+            **dict(c.env)}
+
+
+def _argv(c: Confinement, workdir: Path, settings: Path, target: str) -> list[str]:
+    # srt sets TMPDIR to a directory of its own; `env` puts the deploy's own back inside.
+    return [c.sandbox_bin, "--settings", str(settings), "--", "env", f"TMPDIR={workdir / 'tmp'}",
+            SCRIPT, target, "--preprod"]
 
 
 class _Tail:
@@ -102,21 +161,37 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
         pass  # the whole group is already gone
 
 
-def run_deploy(repo: Path, target: str, timeout_s: float, redact: Callable[[str], str], *,
-               env: Mapping[str, str] | None = None) -> DeployResult:
-    """Run `./deploy <target> --preprod` in `repo` for at most `timeout_s` seconds."""
+def run_deploy(checkout: Path, target: str, timeout_s: float, redact: Callable[[str], str],
+               confine: Confinement) -> DeployResult:
+    """Run `./deploy <target> --preprod` in `checkout` (a copy of its own, which the deploy
+    user owns, inside a directory of its own) for at most `timeout_s` seconds, confined."""
     if not TARGET_RE.fullmatch(target):
         raise DeployError(f"invalid deploy target {target[:80]!r}")
     started = time.monotonic()
+
+    def refused(why: str) -> DeployResult:
+        return DeployResult(ok=False, exit_code=None, timed_out=False, log_tail=redact(why),
+                            duration_s=time.monotonic() - started)
+    if why := preflight(confine):
+        return refused(why)
+    if not os.access(checkout / SCRIPT, os.X_OK):
+        return refused(f"{SCRIPT} could not start: no executable {SCRIPT} in the repository")
+    workdir = checkout.parent
+    user = pwd.getpwnam(confine.user)
+    for sub in ("home", "tmp"):
+        (workdir / sub).mkdir(mode=0o700, exist_ok=True)
+        os.chown(workdir / sub, user.pw_uid, user.pw_gid)
+    settings = workdir / "sandbox.json"
+    settings.write_text(json.dumps(sandbox_settings(confine, workdir)))
+    settings.chmod(0o644)  # the user reads it, cannot change it (its directory is root's)
     tail = _Tail(TAIL_LINES, MAX_LINE_CHARS)
     try:
-        proc = subprocess.Popen([SCRIPT, target, "--preprod"], cwd=repo, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(_argv(confine, workdir, settings, target), cwd=checkout, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=dict(env) if env is not None else minimal_env())
-    except OSError as e:  # no script, not executable, bad interpreter line, no such repo
-        return DeployResult(ok=False, exit_code=None, timed_out=False,
-                            log_tail=redact(f"{SCRIPT} could not start: {e.strerror or e}"),
-                            duration_s=time.monotonic() - started)
+                                env=_env(confine, workdir), user=user.pw_uid, group=user.pw_gid, extra_groups=[],
+                                umask=0o077)
+    except OSError as e:  # the sandbox runtime itself could not start
+        return refused(f"deploy sandbox could not start ({shlex.quote(confine.sandbox_bin)}): {e.strerror or e}")
     assert proc.stdout is not None
     timed_out = _pump(proc, tail, deadline=started + timeout_s)
     tail.feed(b"", final=True)

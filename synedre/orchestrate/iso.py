@@ -55,6 +55,11 @@ class IsoResult:
     compared_size: tuple[int, int]
     threshold: float
     diff_image: Path
+    # where it differs, in the compared image's pixels: the box around the pixels counted
+    # (x0, y0, x1, y1), None when none is; and the two heights once aligned, so a page
+    # longer or shorter than its mock-up can be said in words (`describe`)
+    region: tuple[int, int, int, int] | None = None
+    heights: tuple[int, int] = (0, 0)  # (the screenshot's, the mock-up's)
 
     @property
     def ok(self) -> bool:
@@ -121,6 +126,35 @@ def compare(screenshot: Path, mockup: Path, diff_path: Path, threshold: float = 
         diff.paste(out, (x0, y0))
     _write_private_png(diff, diff_path)
     compared = width * total_h
+    red = Image.new("RGBA", diff.size, (*DIFF_COLOR, 255))
+    region = ImageChops.difference(diff, red).convert("L").point(lambda v: 255 if v == 0 else 0).getbbox()
     return IsoResult(mockup=mockup, mismatch_ratio=mismatched / compared, mismatched_pixels=mismatched,
                      compared_pixels=compared, compared_size=(width, total_h), threshold=threshold,
-                     diff_image=diff_path)
+                     diff_image=diff_path, region=region, heights=(shot.height, ref.height))
+
+
+def _band(y0: int, y1: int, height: int) -> str:
+    """Which part of the page a vertical span is in, in words."""
+    names = ("top", "upper middle", "lower middle", "bottom")
+    first, last = (min(3, 4 * y // max(1, height)) for y in (y0, max(y0, y1 - 1)))
+    return names[first] if first == last else f"{names[first]} to {names[last]}"
+
+
+def describe(figures: dict[str, object]) -> str:
+    """The difference in words, from the figures QA stored (`detail.iso`): where the
+    differing pixels lie and whether the page is longer or shorter than its mock-up."""
+    size = figures.get("compared_size")
+    region, heights = figures.get("region"), figures.get("heights")
+    if not (isinstance(size, list) and len(size) == 2):
+        return "where it differs was not recorded"
+    width, height = int(size[0]), int(size[1])
+    out = []
+    if isinstance(region, list) and len(region) == 4:
+        x0, y0, x1, y1 = (int(v) for v in region)
+        out.append(f"the differing pixels lie in x {x0}-{x1}, y {y0}-{y1} of the {width}x{height} comparison"
+                   f" (the {_band(y0, y1, height)} of the page, {(x1 - x0) * 100 // max(1, width)}% of its width)")
+    if isinstance(heights, list) and len(heights) == 2 and heights[0] != heights[1]:
+        shot, ref = int(heights[0]), int(heights[1])
+        out.append(f"your page is {abs(shot - ref)} px {'longer' if shot > ref else 'shorter'} than the mock-up"
+                   " at that scale (the rows only one of them has all count as different)")
+    return "; ".join(out) or "no pixel differs"

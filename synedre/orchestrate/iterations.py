@@ -1,15 +1,17 @@
 """Iteration after a failed deploy or QA (SPEC §9.4): the budget, the escalation, and the
-brief the next launch gets (previous commits, deploy log, QA errors, iso figures, and the
-previous run's transcript compacted by `orchestrate/compaction.py`)."""
+brief the next launch gets (previous commits, deploy log, QA errors, iso figures with the
+difference in words and its diff image copied into the agent's clone, and the previous
+run's transcript compacted by `orchestrate/compaction.py`)."""
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from synedre.config import Settings
 from synedre.db import proofs
-from synedre.orchestrate import compaction
+from synedre.orchestrate import compaction, iso
 from synedre.pipeline import QaCheckStatus
 
 BRIEF_TRANSCRIPT_CHARS = 20000
@@ -46,12 +48,49 @@ def budget(conn: Any, message_id: int, s: Settings) -> Budget:
     return Budget(done, s.max_iso_iterations if only_iso else s.max_iterations, only_iso, reasons)
 
 
-def brief(conn: Any, message_id: int) -> str:
+# Where the next launch finds the previous run's mock-up diff images: in its own clone (the
+# sandboxed agent reads nothing of the fleet's state directory, which may be on another host),
+# in a directory its git never commits (synedre/spawn/workspace.py excludes it).
+DIFF_DIR = ".synedre-qa"
+
+
+@dataclass(frozen=True)
+class Brief:
+    """The iteration prompt's text and the files the launch puts in its clone for it
+    (workspace-relative path, bytes)."""
+    text: str
+    files: tuple[tuple[str, bytes], ...] = ()
+
+
+def _diff_image(conn: Any, check: dict[str, Any]) -> bytes | None:
+    """The check's diff image from the proofs (QA may have run on another host), if any."""
+    try:
+        path = proofs.readable(conn, check["diff_proof"], check["diff_image"], "diff.png")
+        return Path(path).read_bytes() if path else None
+    except (OSError, proofs.ProofError):
+        return None
+
+
+def _iso_lines(conn: Any, c: dict[str, Any], files: list[tuple[str, bytes]]) -> list[str]:
+    i = c["detail"]["iso"]
+    lines = [f"  mock-up conformity: {i['mismatch_ratio']:.1%} of pixels differ (threshold {i['threshold']:.1%}); "
+             f"{iso.describe(i)}"]
+    data = _diff_image(conn, c)
+    if data is None:
+        return [*lines, "  (the diff image could not be provided: the words above are all there is)"]
+    name = f"{DIFF_DIR}/check-{c['id']}.diff.png"
+    files.append((name, data))
+    return [*lines, f"  the diff image is {name} in your workspace (never commit it): your page faded,"
+                    f" the pixels unlike the mock-up in red"]
+
+
+def brief(conn: Any, message_id: int) -> Brief:
     """What the previous run did and how its checks failed, for the iteration prompt."""
     launch = conn.execute("SELECT id, iteration, contract, salvage FROM synedre.launches WHERE message_id = %s"
                           " ORDER BY attempt DESC LIMIT 1", (message_id,)).fetchone()
     run = conn.execute("SELECT * FROM synedre.qa_runs WHERE launch_id = %s", (launch["id"],)).fetchone()
     out = [f"Iteration {launch['iteration']} failed its checks."]
+    files: list[tuple[str, bytes]] = []
     commits = (launch["contract"] or {}).get("commits") or (launch["salvage"] or {}).get("commits") or []
     out.append("Your commits: " + (", ".join(map(str, commits)) if commits else "none recorded"))
     if run is not None and not run["deploy_ok"]:
@@ -62,8 +101,9 @@ def brief(conn: Any, message_id: int) -> str:
         for c in conn.execute("SELECT * FROM synedre.qa_checks WHERE qa_run_id = %s AND status = %s"
                               " ORDER BY id", (run["id"], str(QaCheckStatus.FAILED))):
             d = c["detail"] or {}
-            lines = [f"Route {c['declared']}" + (f" (checked as {c['resolved']})" if c["resolved"] and
-                                                 c["resolved"] != c["declared"] else "")
+            routes = c["routes"] or [c["declared"]]
+            lines = [f"Route {', '.join(routes)}" + (f" (checked as {c['resolved']})" if c["resolved"] and
+                                                    routes != [c["resolved"]] else "")
                      + f": {', '.join(c['reasons'])}" + (f", HTTP {c['http_status']}" if c["http_status"] else "")]
             lines += [f"  page error: {e}" for e in d.get("page_errors", [])[:10]]
             lines += [f"  console error: {e}" for e in d.get("console_errors", [])[:10]]
@@ -71,9 +111,7 @@ def brief(conn: Any, message_id: int) -> str:
             if d.get("error"):
                 lines.append(f"  {d['error']}")
             if "iso" in d:
-                i = d["iso"]
-                lines.append(f"  mock-up conformity: {i['mismatch_ratio']:.1%} of pixels differ "
-                             f"(threshold {i['threshold']:.1%}); the diff image is {c['diff_image']}")
+                lines += _iso_lines(conn, c, files)
             out.append("\n".join(lines))
     events = [r["payload"] for r in conn.execute(
         "SELECT payload FROM synedre.launch_events WHERE launch_id = %s ORDER BY seq", (launch["id"],))]
@@ -81,7 +119,7 @@ def brief(conn: Any, message_id: int) -> str:
     if len(transcript) > BRIEF_TRANSCRIPT_CHARS:
         transcript = "[... start omitted ...]\n" + transcript[-BRIEF_TRANSCRIPT_CHARS:]
     out.append("Your previous run, compacted:\n" + transcript)
-    return "\n\n".join(out)
+    return Brief("\n\n".join(out), tuple(files))
 
 
 def summary(conn: Any, message_id: int) -> dict[str, Any]:
@@ -90,7 +128,8 @@ def summary(conn: Any, message_id: int) -> dict[str, Any]:
                        (message_id,)).fetchone()
     if run is None:
         return {"deployed": False, "routes": []}
-    routes = [{"route": c["declared"], "resolved": c["resolved"], "status": c["status"], "reasons": c["reasons"],
+    routes = [{"route": c["declared"], "routes": c["routes"] or [c["declared"]], "resolved": c["resolved"],
+               "status": c["status"], "reasons": c["reasons"],
                "http_status": c["http_status"],
                # files on this host, from the proofs QA stored (it may have run on another host)
                "screenshot": proofs.readable(conn, c["screenshot_proof"], c["screenshot"], "screenshot.png"),

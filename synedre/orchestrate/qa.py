@@ -4,12 +4,15 @@
    `sitemap.xml` (`resolve_routes`), so an iteration is not spent on a 404: an exact
    path, else the same page up to case, trailing slash, `.html` or `index` (`normalized`),
    else the closest entry (`closest`, see `_closest`), else `route_not_in_sitemap`, and
-   that route gets no browser run.
+   that route gets no browser run. The routes that resolve to one page (one entry, or one
+   redirecting to the other: `landing`) share one check, which names them all (`plan_checks`).
 2. Level 1 (`http_status`): the HTTP status of a plain GET, redirects followed.
 3. Level 2 (`check_route`): the page in a real headless Chromium (Debian's, driven by
    Playwright's sync API): console errors, uncaught page errors, failed requests
    (network failures, and subresource responses of status 400 or more), and a full-page
-   screenshot kept as proof (file 0600, directories created 0700).
+   screenshot kept as proof (file 0600, directories created 0700). The page's script is
+   the agent's, untrusted: the browser keeps its own sandbox, runs unprivileged and sees
+   none of the fleet's files (`Browser`, and the wrapper `chromium-as-qa` beside this file).
 4. Mock-up conformity (`iso.compare`) when the route has a mock-up image.
 
 Every network and browser call has a timeout (the `timeout_s` given, per call); the
@@ -19,7 +22,7 @@ a token). A resource that failed is reported once, under failed requests, not ag
 the console's "Failed to load resource"; the browser's own `/favicon.ico` probe (not a
 request of the page) is not reported.
 
-`BrowserUnavailable` (no Chromium, or it would not start), `SitemapError` and
+`BrowserUnavailable` (no Chromium, no QA user, or it would not start), `SitemapError` and
 `iso.IsoError` are infrastructure or input errors for the caller to map to a status;
 everything the deployed site does wrong is in the results, never raised.
 The sync API cannot run inside a running asyncio loop: call this from a plain thread or
@@ -30,11 +33,12 @@ from __future__ import annotations
 import atexit
 import difflib
 import os
+import pwd
 import re
 import threading
 import xml.etree.ElementTree as ET
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,13 +57,19 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
+from synedre.config import Settings, get_settings
 from synedre.orchestrate import iso
 
 CHROMIUM = Path("/usr/bin/chromium")
-# Debian's chromium, not a Playwright-downloaded build. No sandbox: workers run in
-# containers without user namespaces; the rest keeps the browser off the network except
-# for the page itself, and its rendering deterministic enough for mock-up comparison.
-CHROMIUM_ARGS = ("--no-sandbox", "--disable-background-networking", "--disable-component-update",
+# Debian's chromium, not a Playwright-downloaded build, started through this wrapper (its
+# header says how): its own sandbox on, as an unprivileged user, in a mount namespace where
+# the fleet's files are empty. The page's JavaScript is the agent's: untrusted code.
+CONFINED_CHROMIUM = Path(__file__).with_name("chromium-as-qa")
+BWRAP, SETPRIV = Path("/usr/bin/bwrap"), Path("/usr/bin/setpriv")
+# The sandbox stays on (Playwright adds --no-sandbox unless told `chromium_sandbox`); the
+# rest keeps the browser off the network except for the page itself, and its rendering
+# deterministic enough for mock-up comparison.
+CHROMIUM_ARGS = ("--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-gpu", "--disable-quic")
 VIEWPORT = {"width": 1280, "height": 800}
 DEFAULT_TIMEOUT_S = 30.0
@@ -216,6 +226,32 @@ def resolve_routes(declared: list[str], sitemap_xml: str) -> list[RouteResolutio
     return out
 
 
+@dataclass(frozen=True)
+class PageCheck:
+    """One browser check: the page, and every declared route that resolves to it."""
+    page: str | None  # None: the route is not in the sitemap, and gets no browser run
+    routes: tuple[RouteResolution, ...]  # in declared order; one only when `page` is None
+
+
+def plan_checks(resolutions: Sequence[RouteResolution], landing: Callable[[str], str] = _identity
+                ) -> list[PageCheck]:
+    """One check per page: the resolved paths grouped by where they land (`landing`: the
+    path after the site's redirects), so `/contact` and `/contacts` resolved, or redirected,
+    to one page are one check naming both; an unresolved route is a check of its own."""
+    pages: dict[str, list[RouteResolution]] = {}
+    checks: list[PageCheck] = []
+    lands = {p: landing(p) for p in dict.fromkeys(r.resolved for r in resolutions if r.resolved is not None)}
+    for r in resolutions:
+        if r.resolved is None:
+            checks.append(PageCheck(None, (r,)))
+        elif (page := lands[r.resolved]) in pages:
+            pages[page].append(r)
+        else:
+            pages[page] = [r]
+            checks.append(PageCheck(page, ()))  # its routes filled in below, in order
+    return [c if c.page is None else PageCheck(c.page, tuple(pages[c.page])) for c in checks]
+
+
 # ---- HTTP ---------------------------------------------------------------------------
 
 # Pre-production is reached directly, as the browser reaches it: no proxy from the environment.
@@ -281,29 +317,48 @@ def http_status(url: str, timeout_s: float) -> tuple[int | None, str | None]:
         return None, f"GET {url}: {getattr(e, 'reason', e)}"
 
 
+def landing(base_url: str, path: str, timeout_s: float) -> str:
+    """Where `path` lands on the site after its redirects (a path of `base_url`'s site); the
+    path itself when there is no answer or a redirect leaves the site."""
+    prefix = base_url.rstrip("/")
+    try:
+        with _opener.open(Request(_url(base_url, path), headers={"User-Agent": USER_AGENT}), timeout=timeout_s) as resp:
+            final = str(resp.url)
+    except HTTPError as e:
+        e.close()
+        final = str(e.url)
+    except (URLError, OSError):  # level 1 says why, on the check itself
+        return path
+    if final != prefix and not final.startswith(prefix + "/"):
+        return path
+    return normalize_path(final[len(prefix):] or "/")
+
+
 # ---- browser ------------------------------------------------------------------------
 
 class Browser:
-    """One headless Chromium for one or more `check_route` calls; closed on exit, always."""
+    """One headless Chromium for one or more `check_route` calls; closed on exit, always.
+    Confined (`CONFINED_CHROMIUM`): as `settings.qa_user` when the worker is root, else as
+    the worker's user; the paths of `settings.fleet_files()` hidden from it."""
 
-    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S, executable: Path = CHROMIUM):
-        self.timeout_s, self.executable = timeout_s, executable
+    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S, settings: Settings | None = None):
+        self.timeout_s, self.settings = timeout_s, settings
         self._pw: Any = None
         self._browser: Any = None
 
     def __enter__(self) -> Browser:
-        if not os.access(self.executable, os.X_OK):
-            raise BrowserUnavailable(f"{self.executable} is not an executable (apt-get install chromium)")
+        env = confinement(self.settings or get_settings())
         try:
             self._pw = sync_playwright().start()
         except PlaywrightError as e:
             raise BrowserUnavailable(f"playwright driver: {_first_line(e)}") from e
         try:
-            self._browser = self._pw.chromium.launch(executable_path=str(self.executable), headless=True,
-                                                     args=list(CHROMIUM_ARGS), timeout=self.timeout_s * 1000)
+            self._browser = self._pw.chromium.launch(
+                executable_path=str(CONFINED_CHROMIUM), chromium_sandbox=True, env=env, headless=True,
+                args=list(CHROMIUM_ARGS), timeout=self.timeout_s * 1000)
         except PlaywrightError as e:
             self._pw.stop()
-            raise BrowserUnavailable(f"chromium would not start: {_first_line(e)}") from e
+            raise BrowserUnavailable(f"chromium would not start: {_launch_failure(e)}") from e
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -331,6 +386,39 @@ class Browser:
         ctx.set_default_timeout(self.timeout_s * 1000)
         ctx.set_default_navigation_timeout(self.timeout_s * 1000)
         return ctx
+
+
+def confinement(s: Settings) -> dict[str, str]:
+    """What the confined browser needs, checked (`BrowserUnavailable` naming what is missing),
+    and `_confined_env`'s environment for it; `synedre status` asks the same."""
+    for tool, package in ((CHROMIUM, "chromium"), (BWRAP, "bubblewrap"), (SETPRIV, "util-linux")):
+        if not os.access(tool, os.X_OK):
+            raise BrowserUnavailable(f"{tool} is not an executable (apt-get install {package})")
+    if not os.access(CONFINED_CHROMIUM, os.X_OK):
+        raise BrowserUnavailable(f"{CONFINED_CHROMIUM} is not an executable (chmod 755 it)")
+    return _confined_env(s)
+
+
+def _confined_env(s: Settings) -> dict[str, str]:
+    """The whole environment `CONFINED_CHROMIUM` starts with: Playwright would otherwise pass
+    it the worker's own, secrets included. Chromium's is built by the wrapper from nothing.
+    `BrowserUnavailable` when the worker is root and the QA user is missing or root: Chromium
+    never runs as root."""
+    hidden = dict.fromkeys(str(q) for p in s.fleet_files() for q in (p, p.resolve()))
+    if any("\n" in p for p in hidden):  # QA_HIDE is one path a line
+        raise BrowserUnavailable("a path of the fleet holds a newline: it cannot be hidden from the browser")
+    env = {"PATH": "/usr/bin:/bin", "QA_HIDE": "\n".join(hidden)}
+    if os.geteuid() == 0:
+        try:
+            user = pwd.getpwnam(s.qa_user)
+        except KeyError:
+            raise BrowserUnavailable(f"QA user {s.qa_user!r} does not exist (SYNEDRE_QA_USER; scripts/system-deps"
+                                     " creates it): Chromium does not run as root") from None
+        if user.pw_uid == 0 or user.pw_gid == 0:
+            raise BrowserUnavailable(f"QA user {s.qa_user!r} is root or in group root (SYNEDRE_QA_USER):"
+                                     " Chromium does not run as root")
+        env["QA_RUN_AS"] = f"{user.pw_uid}:{user.pw_gid}"
+    return env
 
 
 # A QA worker checks route after route: starting Playwright's driver and a Chromium for
@@ -384,6 +472,16 @@ def close_kept_browser() -> None:
         kept.browser.__exit__(None, None, None)
     except PlaywrightError:
         pass  # the driver is gone already, and the browser with it
+
+
+_LOG_PREFIX = re.compile(r"^(- )?(\[pid=\d+\]\[(err|out)\] )?")
+
+
+def _launch_failure(e: PlaywrightError) -> str:
+    """The first line, and what the wrapper or Chromium's sandbox said in the browser's log."""
+    said = [_LOG_PREFIX.sub("", ln.strip())[:300] for ln in (e.message or str(e)).splitlines()
+            if "chromium-as-qa:" in ln or "bwrap:" in ln or "sandbox" in ln.lower()]
+    return "; ".join(list(dict.fromkeys([_first_line(e), *said]))[:4])
 
 
 def _first_line(e: PlaywrightError) -> str:
@@ -548,52 +646,3 @@ def _level2(browser: Browser, url: str, path: str, status: int, shot_path: Path,
     if mockup is not None and screenshot is not None:
         conformity = iso.compare(screenshot, mockup, diff_path_for(screenshot), iso_threshold)
     return RouteResult(path, status, True, console, page_errors, failed, screenshot, conformity, error)
-
-
-# ---- a whole QA pass ----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class QAReport:
-    resolutions: tuple[RouteResolution, ...]
-    results: tuple[RouteResult, ...]  # one per distinct resolved path, in declared order
-
-    @property
-    def reasons(self) -> frozenset[str]:
-        codes = {r.reason for r in self.resolutions if r.resolved is None}
-        return frozenset(codes.union(*(r.reasons for r in self.results)))
-
-    @property
-    def ok(self) -> bool:
-        return not self.reasons
-
-    @property
-    def only_iso_mismatch(self) -> bool:
-        """SPEC §9.4: the iso budget applies when conformity is the only failure."""
-        return self.reasons == {iso.ISO_MISMATCH}
-
-
-def _shot_name(i: int, path: str) -> str:
-    return f"{i:02d}-{re.sub(r'[^A-Za-z0-9]+', '-', path).strip('-') or 'root'}.png"
-
-
-def run_qa(base_url: str, declared: list[str], shot_dir: Path, timeout_s: float, *,
-           mockups: Mapping[str, Path] | None = None, iso_threshold: float = iso.DEFAULT_THRESHOLD,
-           redact: Callable[[str], str] = _identity, sitemap_xml: str | None = None) -> QAReport:
-    """Resolve `declared` against the sitemap (fetched unless given), then check each
-    resolved path in one shared browser; a route not in the sitemap gets no browser run,
-    and none is started when no route resolved. `mockups` is keyed by resolved or declared path."""
-    mockups = mockups or {}
-    xml = sitemap_xml if sitemap_xml is not None else fetch_sitemap(base_url, timeout_s)
-    resolutions = resolve_routes(declared, xml)
-    todo: dict[str, Path | None] = {}
-    for r in resolutions:
-        if r.resolved is not None and r.resolved not in todo:
-            todo[r.resolved] = mockups.get(r.resolved) or mockups.get(normalize_path(r.declared)) \
-                or mockups.get(r.declared)
-    results: list[RouteResult] = []
-    if todo:
-        with Browser(timeout_s) as browser:
-            for i, (path, mockup) in enumerate(todo.items()):
-                results.append(check_route(base_url, path, shot_dir / _shot_name(i, path), timeout_s, mockup,
-                                           iso_threshold, browser=browser, redact=redact))
-    return QAReport(tuple(resolutions), tuple(results))

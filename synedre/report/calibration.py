@@ -1,16 +1,20 @@
-"""The monthly calibration report of the classifier (SPEC §12) and the Phase 3 gate.
+"""The monthly calibration report of the classifier (SPEC §12) and the autonomy gate.
 
 `collect` reads the database once per report; `render` turns the typed result into
-markdown and never touches I/O. The gate counts run + plan only (SPEC §14: the
-original gate looked for an intent that no longer existed and froze silently); its
-thresholds are GATE_MIN_ITEMS and GATE_MIN_SUCCESS below, and the rendered text
-prints them from there.
+markdown and never touches I/O. The autonomy gate (whether the fleet's work is good enough
+to go on with less of the founder's say) counts run + plan only (SPEC §14: the original
+gate looked for an intent that no longer existed and froze silently); its thresholds are
+GATE_MIN_ITEMS and GATE_MIN_SUCCESS below, and the rendered text prints them from there.
 
-Success is the founder's verdict on the recap where he replied one (OK accepted, NON
-rejected: `synedre.recap_verdicts`); else the proxy "linked work not cancelled, and not
-failed after a launch": a message whose latest launch failed, or that ended in a failure
-after its launch (`spawn_failed`, `orchestration_failed`, `escalated`), is a failure even
-though its work row is still open.
+Only launched work counts for success (`launched`: a launch row exists and the message is
+not waiting for an approval): a request the founder refused (`approval_refused`) or let
+expire (`approval_expired`) never launched and is a failure of the gate, counted apart
+from the launched work; a message still awaiting approval is neither. Among the launched,
+success is the founder's verdict on the recap where he replied one (OK accepted, NON
+rejected: `synedre.recap_verdicts`, a NON a failure); else the proxy "linked work not
+cancelled, and not failed after its launch": a message whose latest launch failed, or that
+ended in a failure after it (`spawn_failed`, `orchestration_failed`, `escalated`, or
+`refused` at the deploy's approval), is a failure even though its work row is still open.
 
 `mail_monthly` (beat, the 1st of each month: task `synedre.report_calibration`) mails
 the report to the founder through the mail facade, once per month however often it
@@ -21,7 +25,7 @@ mailed as kind `REPORT_KIND` about that row.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
@@ -30,7 +34,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
-from synedre.pipeline import ALERTED, LaunchStatus, Status
+from synedre.pipeline import ALERTED, ApprovalStatus, LaunchStatus, Status
 
 GATE_MIN_ITEMS = 30
 GATE_MIN_SUCCESS = 0.90  # the success rate must be strictly above this
@@ -50,14 +54,16 @@ class IntentStats:
     count: int
     mean_confidence: float | None  # None when no message has a confidence
     std_confidence: float | None  # population standard deviation
-    successes: int | None  # None for an intent without linked work (noise)
+    successes: int | None  # of the launched; None for an intent without linked work (noise)
     uncertain: int
+    launched: int = 0
 
     @property
     def success_rate(self) -> float | None:
-        if self.successes is None or self.count == 0:
+        """Of the launched work only (see the module's docstring)."""
+        if self.successes is None or self.launched == 0:
             return None
-        return self.successes / self.count
+        return self.successes / self.launched
 
     @property
     def uncertainty_rate(self) -> float | None:
@@ -75,10 +81,21 @@ class Failures:
 
 @dataclass(frozen=True)
 class Gate:
-    """Phase 3 gate, counted on messages classified run + plan."""
+    """The autonomy gate, counted on messages classified run + plan: its success figure is
+    `successes` of the `items` launched; its failures apart from them are the founder's
+    refusals and the requests that expired; the messages still waiting are neither."""
 
-    items: int
-    successes: int  # linked run exists and is not cancelled
+    items: int  # launched
+    successes: int
+    rejected: int = 0  # of the launched, the founder's NON on the recap
+    refused: int = 0  # approval refused: never launched
+    expired: int = 0  # approval expired: never launched
+    waiting: int = 0  # awaiting approval: not counted
+
+    @property
+    def failures(self) -> int:
+        """Every failure of the gate: the launched that did not succeed, refusals, expiries."""
+        return self.items - self.successes + self.refused + self.expired
 
     @property
     def rate(self) -> float | None:
@@ -128,7 +145,13 @@ WITH classified AS (
          (SELECT v.verdict FROM synedre.recap_verdicts v WHERE v.message_id = s.message_id) AS verdict,
          (s.status = ANY(%(failed_after_launch)s)
           OR coalesce((SELECT l.status FROM synedre.launches l WHERE l.message_id = s.message_id
-                        ORDER BY l.id DESC LIMIT 1) = %(launch_failed)s, false)) AS launch_failed
+                        ORDER BY l.id DESC LIMIT 1) = %(launch_failed)s, false)) AS launch_failed,
+         (s.status = %(waiting)s) AS waiting,
+         (s.status <> %(waiting)s
+          AND EXISTS (SELECT 1 FROM synedre.launches l WHERE l.message_id = s.message_id)) AS launched,
+         CASE WHEN s.status = %(refused)s THEN
+           (SELECT a.status FROM synedre.approvals a WHERE a.message_id = s.message_id
+             ORDER BY a.id DESC LIMIT 1) END AS closed_by
     FROM synedre.email_states s
     JOIN synedre.raw_messages m ON m.id = s.message_id
     LEFT JOIN synedre.runs r ON r.id = s.run_id
@@ -142,12 +165,15 @@ WITH classified AS (
 )
 """
 
-# The founder's verdict on the recap, where he gave one, is the success; else the proxy.
-_SUCCESS = ("coalesce(verdict = 'accepted',"
-            " work_status IS NOT NULL AND work_status <> 'cancelled' AND NOT launch_failed)")
+# Launched work only: the founder's verdict on the recap, where he gave one, is the
+# success; else the proxy (a message refused after its launch, at the deploy's approval, is
+# not one).
+_SUCCESS = ("launched AND coalesce(verdict = 'accepted', work_status IS NOT NULL AND work_status <> 'cancelled'"
+            " AND NOT launch_failed AND closed_by IS NULL)")
 
 _PER_INTENT = _CLASSIFIED + f"""
 SELECT intent, count(*), avg(confidence), stddev_pop(confidence),
+       count(*) FILTER (WHERE launched),
        count(*) FILTER (WHERE {_SUCCESS}),
        count(*) FILTER (WHERE uncertain)
   FROM classified
@@ -155,8 +181,12 @@ SELECT intent, count(*), avg(confidence), stddev_pop(confidence),
 """
 
 _GATE = _CLASSIFIED + f"""
-SELECT count(*),
-       count(*) FILTER (WHERE {_SUCCESS})
+SELECT count(*) FILTER (WHERE launched),
+       count(*) FILTER (WHERE {_SUCCESS}),
+       count(*) FILTER (WHERE launched AND verdict = 'rejected'),
+       count(*) FILTER (WHERE NOT launched AND closed_by = %(approval_refused)s),
+       count(*) FILTER (WHERE NOT launched AND closed_by = %(approval_expired)s),
+       count(*) FILTER (WHERE waiting)
   FROM classified
  WHERE intent = 'run' AND complexity = 'plan'
 """
@@ -189,28 +219,30 @@ def collect(conn: psycopg.Connection[Any], days: int = 30,
         until = until.replace(tzinfo=UTC)
     since = until - timedelta(days=days)
     window = {"since": since, "until": until, "failed_after_launch": list(FAILED_AFTER_LAUNCH),
-              "launch_failed": str(LaunchStatus.FAILED)}
+              "launch_failed": str(LaunchStatus.FAILED), "waiting": str(Status.AWAITING_APPROVAL),
+              "refused": str(Status.REFUSED), "approval_refused": str(ApprovalStatus.REFUSED),
+              "approval_expired": str(ApprovalStatus.EXPIRED)}
 
     with conn.cursor(row_factory=tuple_row) as cur:
         rows = {r[0]: r for r in cur.execute(_PER_INTENT, window).fetchall()}
         gate_row = cur.execute(_GATE, window).fetchone()
         assert gate_row is not None  # an aggregate without GROUP BY returns exactly one row
-        gate_items, gate_successes = gate_row
+        gate = Gate(*gate_row)
         failed: dict[str, int] = dict(cur.execute(_FAILURES, {**window, "events": list(FAILURE_EVENTS)})
                                       .fetchall())
 
     intents = []
     for intent in INTENTS:
-        _, count, mean, std, successes, uncertain = rows.get(intent, (intent, 0, None, None, 0, 0))
+        _, count, mean, std, launched, successes, uncertain = rows.get(intent, (intent, 0, None, None, 0, 0, 0))
         intents.append(IntentStats(
             intent=intent, count=count, mean_confidence=_float(mean),
             std_confidence=_float(std),
             successes=None if intent in NO_LINKED_WORK else successes,
-            uncertain=uncertain))
+            uncertain=uncertain, launched=launched))
     return CalibrationData(
         days=days, since=since, until=until, intents=tuple(intents),
         failures=Failures(by_event={e: failed.get(e, 0) for e in FAILURE_EVENTS}),
-        gate=Gate(items=gate_items, successes=gate_successes))
+        gate=gate)
 
 
 # Rendering -------------------------------------------------------------------------
@@ -223,18 +255,22 @@ def _num(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
 
-def _gate_line(gate: Gate) -> str:
-    rule = f"requires ≥ {GATE_MIN_ITEMS} items and > {GATE_MIN_SUCCESS:.1%} success"
-    rate = "no items" if gate.rate is None else f"{gate.rate:.1%}"
+def _gate_lines(gate: Gate) -> list[str]:
+    rule = f"requires ≥ {GATE_MIN_ITEMS} launched and > {GATE_MIN_SUCCESS:.1%} success"
+    rate = "none launched" if gate.rate is None else f"{gate.rate:.1%}"
     state = "open" if gate.is_open else "closed"
-    line = (f"**Phase 3 gate: {state}** — run + plan: {gate.successes}/{gate.items} "
-            f"not cancelled ({rate}); {rule}.")
+    line = (f"**Autonomy gate: {state}** — run + plan: {gate.successes}/{gate.items} "
+            f"launched succeeded ({rate}); {rule}.")
     if not gate.is_open:
         if gate.items < GATE_MIN_ITEMS:
-            line += f" Too few items ({gate.items} < {GATE_MIN_ITEMS})."
+            line += f" Too few launched ({gate.items} < {GATE_MIN_ITEMS})."
         else:
             line += f" Success rate not above {GATE_MIN_SUCCESS:.1%}."
-    return line
+    return [line, "",
+            f"Failures of the gate: {gate.failures} — among the launched, {gate.rejected} NON on the recap"
+            f" and {gate.items - gate.successes - gate.rejected} failed otherwise; never launched:"
+            f" {gate.refused} approval refused, {gate.expired} approval expired.",
+            f"Still awaiting approval (not counted): {gate.waiting}."]
 
 
 def render(data: CalibrationData) -> str:
@@ -245,19 +281,32 @@ def render(data: CalibrationData) -> str:
     lines = [
         f"# Classification calibration — last {data.days} days ({since} → {until})",
         "",
-        "| intent | count | mean conf | std | success proxy | uncertainty rate |",
+        "| intent | count | mean conf | std | success (of launched) | uncertainty rate |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for s in data.intents:
         success = ("n/a" if s.successes is None
-                   else _pct(s.successes, s.count, s.success_rate))
+                   else _pct(s.successes, s.launched, s.success_rate))
         lines.append(
             f"| {s.intent} | {s.count} | {_num(s.mean_confidence)} | {_num(s.std_confidence)} "
             f"| {success} | {_pct(s.uncertain, s.count, s.uncertainty_rate)} |")
     lines += ["", "## Failures", "", f"Total: {data.failures.total}", ""]
     lines += [f"- `{event}`: {n}" for event, n in data.failures.by_event.items()]
-    lines += ["", "## Phase 3 gate", "", _gate_line(data.gate), ""]
+    lines += ["", "## Autonomy gate", "", *_gate_lines(data.gate), ""]
     return "\n".join(lines)
+
+
+def as_dict(data: CalibrationData) -> dict[str, Any]:
+    """The report's figures for `--json`, the derived ones (rates, the gate's state) included."""
+    gate = data.gate
+    return {
+        "days": data.days, "since": data.since.isoformat(), "until": data.until.isoformat(),
+        "intents": [{**asdict(s), "success_rate": s.success_rate, "uncertainty_rate": s.uncertainty_rate}
+                    for s in data.intents],
+        "failures": {"total": data.failures.total, "by_event": data.failures.by_event},
+        "autonomy_gate": {**asdict(gate), "rate": gate.rate, "failures": gate.failures, "open": gate.is_open,
+                          "min_items": GATE_MIN_ITEMS, "min_success": GATE_MIN_SUCCESS},
+    }
 
 
 # The monthly mail ------------------------------------------------------------------

@@ -3,7 +3,7 @@
 A launch and a persona's `agent ask --via claude` share all three: the unprivileged user
 (never root by mistake), an environment with no database coordinates and no secret but the
 API key the CLI itself needs, and a private directory under `<state>/agent/<name>` with the
-agent's home (and its tmp) inside.
+agent's home (and its tmp) inside. A launch also gets its own /tmp (`apart`).
 """
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ def env(s: Settings, context: str, home: Path, contract_path: Path | None = None
         out["ANTHROPIC_API_KEY"] = key.get_secret_value()
     if s.anthropic_base_url:
         out["ANTHROPIC_BASE_URL"] = s.anthropic_base_url
+    if s.agent_api_retries is not None:
+        out["CLAUDE_CODE_MAX_RETRIES"] = str(s.agent_api_retries)
     if run_as is None and os.geteuid() == 0:
         out["IS_SANDBOX"] = "1"  # root, by the explicit opt-out: the CLI's own sandbox confines it
     if contract_path is not None:
@@ -76,6 +78,14 @@ def dirs(s: Settings, name: str, run_as: launcher.RunAs | None) -> Dirs:
     d.own("home")
     d.own("home/tmp")
     return d
+
+
+def apart(home: Path, keep: list[Path]) -> launcher.Apart:
+    """The launch's own /tmp and /dev/shm (launcher.Apart): its home's `tmp` (its
+    CLAUDE_CODE_TMPDIR too) on /tmp, `keep` (its own directories) in view wherever that covers
+    them. A user namespace makes it, as the agent's user: no privilege needed, so a worker
+    that is not root gets it too, where bubblewrap itself can make one."""
+    return launcher.Apart(home / "tmp", tuple(keep))
 
 
 def clones_root(s: Settings, run_as: launcher.RunAs | None) -> Path:

@@ -8,11 +8,16 @@ itself, and hands typed events to `on_events`.
 """
 from __future__ import annotations
 
+# Imported here, not in the child: after it drops to the agent's user, the interpreter's own
+# modules may be out of its reach (a Python installed under /root).
+import ctypes
+import errno
 import functools
 import json
 import os
 import queue
 import signal
+import stat
 import threading
 import time
 import uuid
@@ -290,7 +295,112 @@ class RunAs:
         return cls(name, entry.pw_uid, entry.pw_gid)
 
 
-def _before_exec(umask: int | None, run_as: RunAs | None = None) -> None:
+# Linux's constants (<sched.h>, <sys/mount.h>): the same on every architecture.
+CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x1000, 0x4000, 0x40000
+SHM_SIZE = "64m"  # the launch's own /dev/shm (a tmpfs): only the CLI itself writes there, see `Apart`
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+@dataclass(frozen=True)
+class Apart:
+    """A launch's own view of the temporary places every process shares, so that no file one
+    launch writes there is another's to read (issue 25). Every launch runs as the same agent
+    user, so file modes cannot keep two launches apart, and the pinned CLI puts what the
+    agent's commands write to `$TMPDIR` in `/tmp/claude-<uid>` (its fallback whenever the
+    temporary directory it is given makes too long a path) and its proxy's socket in `/tmp`:
+    the same places for every launch, writable inside each one's sandbox.
+
+    The child, once it is the agent's user, enters a user and a mount namespace of its own
+    (unshare(CLONE_NEWUSER | CLONE_NEWNS), its own uid and gid mapped to themselves, as
+    bubblewrap does: no privilege is needed, none is gained outside), makes every mount
+    private (nothing propagates back to the host), binds `tmp` (the launch's temporary
+    directory in its private home, the agent's, 0700) on `/tmp` and mounts a fresh tmpfs on
+    `/dev/shm`, then execs the CLI, which keeps no capability past exec (its uid is not 0
+    there): the CLI, its bubblewrap sandbox and every command see that view. `keep`: the
+    launch's own directories that were under `/tmp` (a state directory there), bound again at
+    the same place over the new `/tmp`; nothing else of the host's `/tmp` is in view."""
+    tmp: Path
+    keep: tuple[Path, ...] = ()
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    def c(v: str | None) -> bytes | None:
+        return v.encode() if v is not None else None
+    if _LIBC.mount(c(source), c(target), c(fstype), ctypes.c_ulong(flags), c(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
+
+
+def _mountpoint(path: str) -> None:
+    """`path` made in the new /tmp (0711 whatever the umask), a link on the way refused: the
+    mount lands where it is named, nowhere a link would send it."""
+    current = "/"
+    for part in path.split("/")[1:]:
+        current = os.path.join(current, part)
+        try:
+            os.mkdir(current, 0o711)
+            os.chmod(current, 0o711)
+        except FileExistsError:
+            pass
+        if not stat.S_ISDIR(os.lstat(current).st_mode):
+            raise OSError(errno.ENOTDIR, f"{current} is not a directory")
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _enter_apart(apart: Apart) -> None:
+    """In the child, as the user the CLI runs as, before exec: see `Apart`."""
+    if not stat.S_ISDIR(os.lstat(apart.tmp).st_mode):
+        raise OSError(errno.ENOTDIR, f"{apart.tmp} is not a directory")
+    uid, gid = os.geteuid(), os.getegid()
+    # A process that changed its credentials is not dumpable, and its /proc files are root's:
+    # it could not write its own maps. It is dumpable again at exec in any case.
+    _LIBC.prctl(PR_SET_DUMPABLE, 1)
+    if _LIBC.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare(CLONE_NEWUSER | CLONE_NEWNS): {os.strerror(err)}")
+    _write("/proc/self/setgroups", "deny")  # before gid_map, without a privilege outside
+    _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    tmp = os.path.realpath("/tmp")
+    # the launch's own paths the new /tmp covers, held open: their names are gone once it is on
+    kept = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+            for p in sorted({os.path.realpath(k) for k in apart.keep})
+            if os.path.commonpath([p, tmp]) == tmp and p != tmp]
+    try:
+        _mount(str(apart.tmp), tmp, None, MS_BIND)
+        for path, fd in kept:
+            if any(os.path.commonpath([path, k]) == k for k, _ in kept if k != path):
+                continue  # inside another kept path, which brings it along
+            _mountpoint(path)
+            _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+    finally:
+        for _, fd in kept:
+            os.close(fd)
+    if os.path.isdir("/dev/shm"):
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+               f"mode=0700,size={SHM_SIZE},uid={uid},gid={gid}")
+
+
+def as_agent(run_as: RunAs | None, apart: Apart | None, cwd: str | Path | None,
+             umask: int | None = None) -> Callable[[], None]:
+    """What a child runs before it execs the agent's program (`preexec_fn`): the umask, the
+    agent's user (`run_as`), the launch's own namespace (`apart`), the death of the child
+    with its parent. The CLI's, and the sandbox preflight's, so both start alike."""
+    return functools.partial(_before_exec, umask, run_as, apart, None if cwd is None else str(cwd))
+
+
+def _before_exec(umask: int | None, run_as: RunAs | None = None, apart: Apart | None = None,
+                 cwd: str | None = None) -> None:
     parent = os.getppid()
     if umask is not None:
         os.umask(umask)
@@ -300,6 +410,10 @@ def _before_exec(umask: int | None, run_as: RunAs | None = None) -> None:
         os.setgroups([])
         os.setgid(run_as.gid)
         os.setuid(run_as.uid)
+    if apart is not None:
+        _enter_apart(apart)
+        if cwd is not None:
+            os.chdir(cwd)  # by its name again: the working directory may be a path bound anew
     # After the credentials change: the kernel clears the parent-death signal when they do.
     _die_with_parent(parent)
 
@@ -308,11 +422,9 @@ def _die_with_parent(parent: int | None = None) -> None:
     """In the child before exec: SIGKILL it if the worker process dies, even by SIGKILL,
     so a killed worker leaves no agent running (Linux; a no-op elsewhere). If the parent
     already died before the signal was armed, die now."""
-    import ctypes
-
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except AttributeError:
         pass
     if parent is not None and os.getppid() != parent:
         os._exit(137)
@@ -486,7 +598,7 @@ def run(argv: list[str], *, cwd: str | Path, env: dict[str, str], limits: Limits
         on_events: Callable[[Batch], None], ndjson_path: Path | None,
         on_session: Callable[[str], None] | None = None,
         stop: threading.Event | None = None, umask: int | None = None,
-        run_as: RunAs | None = None) -> RunOutcome:
+        run_as: RunAs | None = None, apart: Apart | None = None) -> RunOutcome:
     """Run the CLI to its end and kill everything it started, on every path.
 
     Stop reasons: "result" (the result event came; the process got `result_grace_s` to
@@ -497,7 +609,9 @@ def run(argv: list[str], *, cwd: str | Path, env: dict[str, str], limits: Limits
     The NDJSON file is appended to, never truncated. `umask`, when given, is set in the
     child before exec, whatever the calling process's umask is at that moment. `run_as`
     (the worker being root) drops the child to that user before exec; the kill on every
-    path still reaches its processes, root reading their /proc environ for the token."""
+    path still reaches its processes, root reading their /proc environ for the token.
+    `apart` gives the child its own /tmp and /dev/shm (`Apart`); a child that cannot have them
+    is never started without them (stop reason "error")."""
     started = time.monotonic()
     writer = _EventWriter(on_events)
     ndjson = ndjson_path.open("ab") if ndjson_path else None
@@ -509,7 +623,7 @@ def run(argv: list[str], *, cwd: str | Path, env: dict[str, str], limits: Limits
     try:
         child = pexpect.spawn(argv[0], argv[1:], cwd=str(cwd), env={**env, RUN_TOKEN_VAR: token},
                               dimensions=(50, 200), echo=False, encoding=None,
-                              preexec_fn=functools.partial(_before_exec, umask, run_as))
+                              preexec_fn=as_agent(run_as, apart, cwd, umask))
         reason = _read(child, stream, writer, limits, started, stop)
     except Exception as exc:  # noqa: BLE001 - returned as stop_reason "error" for the caller to audit
         reason, error = "error", exc
@@ -526,14 +640,7 @@ def run(argv: list[str], *, cwd: str | Path, env: dict[str, str], limits: Limits
                 ndjson.close()
     if error is None and writer.error is not None:  # possibly the last batch, after the exit
         reason, error = "error", writer.error
-    if reason == "idle":
-        exit_code: int | None = IDLE_EXIT
-    elif reason in ("hard", "budget"):
-        exit_code = HARD_EXIT
-    elif exited_alone and child is not None:
-        exit_code = child.exitstatus if child.exitstatus is not None else -(child.signalstatus or 0)
-    else:
-        exit_code = None  # we killed it: it has no code of its own
+    exit_code = _exit_code(reason, child if exited_alone else None)
     outcome = RunOutcome(exit_code, reason, stream.session_id, stream.result, stream.events,
                          stream.reader.skipped + stream.reader.oversized, time.monotonic() - started,
                          error, child.pid if child else None)
@@ -541,6 +648,18 @@ def run(argv: list[str], *, cwd: str | Path, env: dict[str, str], limits: Limits
              session_id=outcome.session_id, events=outcome.events, skipped_lines=outcome.skipped_lines,
              duration_s=round(outcome.duration_s, 2), error=type(error).__name__ if error else None)
     return outcome
+
+
+def _exit_code(reason: str, exited: pexpect.spawn | None) -> int | None:
+    """The run's exit code: ours for a limit, the child's when it exited alone, else None (we
+    killed it: it has no code of its own)."""
+    if reason == "idle":
+        return IDLE_EXIT
+    if reason in ("hard", "budget"):
+        return HARD_EXIT
+    if exited is not None:
+        return exited.exitstatus if exited.exitstatus is not None else -(exited.signalstatus or 0)
+    return None
 
 
 def _read(child: pexpect.spawn, stream: _Stream, writer: _EventWriter, limits: Limits, started: float,

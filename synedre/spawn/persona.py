@@ -1,5 +1,8 @@
 """The persona an agent puts on: identity, frame, perimeter, lessons, mission, preferences.
 
+The lessons are not in the persona's text: they hold the founder's and the client's words,
+so the launch's request gives them inside a fence (`lessons_text`, spawn/prompt.py).
+
 Three renderings by token budget (SPEC §8): core, metier (the launch default), full.
 A failure to load lessons is reported in `Persona.lessons_error` for the caller to
 audit; it is never swallowed into an empty string (SPEC §14).
@@ -16,7 +19,9 @@ from synedre.db.types import Conn
 
 BUDGETS = {"core": 150, "metier": 350, "full": 600}  # tokens
 CHARS_PER_TOKEN = 4  # a rough, stable estimate: French and English prose average ~4
-OWN_LESSONS, GLOBAL_LESSONS = 3, 2
+# The client's lessons first (the founder's words about this client), then the agent's own,
+# then global ones; a retired lesson is never given.
+CLIENT_LESSONS, OWN_LESSONS, GLOBAL_LESSONS = 4, 3, 2
 
 Level = Literal["core", "metier", "full"]
 
@@ -46,16 +51,30 @@ def query_vector(text: str) -> Embed:
 
 
 @dataclass(frozen=True)
+class Lesson:
+    id: int
+    title: str
+    body: str
+
+    def __str__(self) -> str:
+        return f"{self.title}: {self.body}"
+
+    def entry(self) -> str:
+        """As the launch's LESSONS fence lists it: numbered by id, for the contract to cite."""
+        return f"#{self.id} {self}"
+
+
+@dataclass(frozen=True)
 class Persona:
     agent: dict[str, Any]
-    lessons: list[str] = field(default_factory=list)
+    lessons: list[Lesson] = field(default_factory=list)
     mission_letter: str | None = None
     preferences: list[str] = field(default_factory=list)
     lessons_error: str | None = None
 
 
 def load(conn: Conn, codename: str, *, query: str, embed: Embed,
-         chantier_id: int | None = None) -> Persona:
+         chantier_id: int | None = None, client_id: int | None = None) -> Persona:
     agent = conn.execute("SELECT * FROM synedre.agents WHERE codename = %s AND active", (codename,)).fetchone()
     if agent is None:
         raise LookupError(f"no active agent {codename!r}")
@@ -71,7 +90,7 @@ def load(conn: Conn, codename: str, *, query: str, embed: Embed,
             # a savepoint: a failing query must not abort the caller's transaction, so the
             # "audit it and go on" path still works
             with conn.transaction():
-                lessons = _lessons(conn, agent["id"], vector)
+                lessons = _lessons(conn, agent["id"], client_id, vector)
                 if not lessons:
                     error = _model_mismatch(conn, agent["id"], vector.model)
         except psycopg.Error as exc:
@@ -85,24 +104,40 @@ def load(conn: Conn, codename: str, *, query: str, embed: Embed,
     return Persona(agent, lessons, mission, prefs, error)
 
 
-def _lessons(conn: Conn, agent_id: int, v: Vector) -> list[str]:
-    # the agent's own scars first, then global ones: a backend agent must not see a
-    # frontend agent's lessons before its own; only vectors made by the same model
+def _lessons(conn: Conn, agent_id: int, client_id: int | None, v: Vector) -> list[Lesson]:
+    # the client's first (its agent's before the others'), then the agent's own scars, then
+    # global ones: a backend agent must not see a frontend agent's lessons before its own, nor
+    # one client another's; only vectors made by the same model are compared
     rows = conn.execute(
-        """(SELECT title, body, 0 AS rank, embedding <=> %(v)s::vector AS d FROM synedre.lessons
-             WHERE owner_agent_id = %(a)s AND embedding_model = %(m)s ORDER BY d LIMIT %(own)s)
+        """(SELECT id, title, body, 0 AS rank, owner_agent_id IS DISTINCT FROM %(a)s AS other,
+                   embedding <=> %(v)s::vector AS d FROM synedre.lessons
+             WHERE client_id = %(c)s AND retired_at IS NULL AND embedding_model = %(m)s
+             ORDER BY other, d LIMIT %(client)s)
            UNION ALL
-           (SELECT title, body, 1, embedding <=> %(v)s::vector AS d FROM synedre.lessons
-             WHERE owner_agent_id IS NULL AND embedding_model = %(m)s ORDER BY d LIMIT %(glob)s)
-           ORDER BY rank, d""",
-        {"v": str(v.values), "m": v.model, "a": agent_id, "own": OWN_LESSONS, "glob": GLOBAL_LESSONS}).fetchall()
-    return [f"{r['title']}: {r['body']}" for r in rows]
+           (SELECT id, title, body, 1, false, embedding <=> %(v)s::vector AS d FROM synedre.lessons
+             WHERE client_id IS NULL AND owner_agent_id = %(a)s AND retired_at IS NULL AND embedding_model = %(m)s
+             ORDER BY d LIMIT %(own)s)
+           UNION ALL
+           (SELECT id, title, body, 2, false, embedding <=> %(v)s::vector AS d FROM synedre.lessons
+             WHERE client_id IS NULL AND owner_agent_id IS NULL AND retired_at IS NULL AND embedding_model = %(m)s
+             ORDER BY d LIMIT %(glob)s)
+           ORDER BY rank, other, d""",
+        {"v": str(v.values), "m": v.model, "a": agent_id, "c": client_id, "client": CLIENT_LESSONS,
+         "own": OWN_LESSONS, "glob": GLOBAL_LESSONS}).fetchall()
+    return [Lesson(r["id"], r["title"], r["body"]) for r in rows]
+
+
+def lessons_text(p: Persona) -> str:
+    """The lessons as the launch's prompt gives them (inside a fence: they hold the
+    founder's and the client's words), one per paragraph, each numbered by its id: the
+    contract's `lessons_applied` cites them."""
+    return "\n\n".join(lesson.entry() for lesson in p.lessons)
 
 
 def _model_mismatch(conn: Conn, agent_id: int, model: str) -> str | None:
     """Lessons exist but none was embedded by `model`: say so rather than return nothing."""
     others = [r["embedding_model"] for r in conn.execute(
-        """SELECT DISTINCT embedding_model FROM synedre.lessons WHERE embedding IS NOT NULL
+        """SELECT DISTINCT embedding_model FROM synedre.lessons WHERE embedding IS NOT NULL AND retired_at IS NULL
              AND (owner_agent_id = %s OR owner_agent_id IS NULL) ORDER BY 1""", (agent_id,))]
     if others:
         return f"embedding model mismatch: the query was embedded by {model}, lessons by {', '.join(others)}"
@@ -132,7 +167,6 @@ def render(p: Persona, level: Level = "metier") -> str:
     if level in ("metier", "full"):
         lines += [f"Mission: {a['job_mission'] or ''}", f"Périmètre: {a['job_perimeter'] or ''}",
                   f"Contrôles: {a['job_key_checks'] or ''}"]
-    lines += [f"Leçon: {lesson}" for lesson in p.lessons]
     if p.mission_letter:
         lines.append(f"Lettre de mission du chantier: {p.mission_letter}")
     lines += [f"Préférence du fondateur: {pref}" for pref in p.preferences]

@@ -5,9 +5,9 @@ A local path is used as it is: the launch's clone is made from it and merged bac
 (spawn/workspace.py). A remote URL gets, under the state directory, a working tree per host
 and per use, named by the URL's hash: `mirrors/<hash>` for spawn (the agent's clones come
 from it, its branch is collected and merged into it, then the merged pre-production branch
-is pushed back), `checkouts/<hash>` for deploy (`./deploy` runs there, on what the remote's
-pre-production branch holds: spawn and deploy need not share a disk, and a deploy never
-dirties the tree a merge needs clean).
+is pushed back), `checkouts/<hash>` for deploy (each `./deploy` gets a fresh copy of it, of what
+the remote's pre-production branch holds: spawn and deploy need not share a disk, and a
+deploy never dirties the tree a merge needs clean).
 
 Before every use the copy is brought to the remote's branch (fetch, then the branch reset to
 it: nothing of value lives only in a copy, since a merge that could not be pushed is undone).
@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -150,10 +152,61 @@ def merge_back(ws: workspace.Workspace, s: Settings) -> workspace.MergeResult:
 
 
 @contextmanager
-def deployable(repo: Repository, branch: str, wait_s: float = LOCK_TIMEOUT_S) -> Iterator[Path]:
-    """Where `./deploy` runs: a local repository in place; for a remote, this host's checkout
-    brought to what was pushed, held for the deploy's length (one deploy per checkout: the
-    next waits up to `wait_s`)."""
+def deployable(repo: Repository, branch: str, root: Path, owner: RunAs, wait_s: float = LOCK_TIMEOUT_S
+               ) -> Iterator[Path]:
+    """Where `./deploy` runs: a fresh checkout of its own, `<root>/<random>/checkout`, of
+    `branch` as the repository has it (for a remote, as this host's copy was brought to it),
+    owned by the deploy user (`owner`) in a directory it alone writes; removed after. Copied
+    without hard links (a chown must not reach the repository's own objects), without the
+    repository's hooks or configuration. The copy's lock is held while it is made only."""
     with copy_lock(repo, wait_s):
         refresh(repo, branch)
-        yield repo.path
+        workdir = Path(tempfile.mkdtemp(prefix="deploy-", dir=workspace.traversable_dir(root)))
+        workdir.chmod(0o711)  # the deploy user reaches its checkout by name, lists nothing else
+        checkout = workdir / "checkout"
+        try:
+            _git(workdir, "clone", "--quiet", "--no-hardlinks", "--single-branch", "--branch", branch, "--",
+                 str(repo.path), str(checkout))
+        except workspace.WorkspaceError:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+    try:
+        workspace.chown_tree(checkout, owner)
+        os.lchown(checkout, owner.uid, owner.gid)
+        yield checkout
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _in_checkout(checkout: Path, *args: str) -> str:
+    # the deploy's checkout is its user's: read as root, before anything of it ran
+    return _git(checkout, "-c", "safe.directory=*", *args)
+
+
+def head(checkout: Path, ref: str = "HEAD") -> str:
+    return _in_checkout(checkout, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+
+
+def _known(checkout: Path, sha: str | None) -> str | None:
+    """`sha` when this history holds that commit (a force-push may have dropped it)."""
+    if not sha:
+        return None
+    try:
+        return sha if _in_checkout(checkout, "cat-file", "-t", sha) == "commit" else None
+    except workspace.WorkspaceError:
+        return None
+
+
+def changed(checkout: Path, baseline: str | None, paths: list[str]) -> list[str]:
+    """Which of `paths` differ between `baseline` and HEAD (every one present, with no baseline
+    or one this history does not hold: nothing was ever accepted to compare with)."""
+    base = _known(checkout, baseline)
+    if base is None:
+        return _in_checkout(checkout, "ls-files", "--", *paths).splitlines()
+    return _in_checkout(checkout, "diff", "--name-only", base, "HEAD", "--", *paths).splitlines()
+
+
+def diff(checkout: Path, baseline: str | None, paths: list[str]) -> str:
+    """The patch of `paths` from `baseline` (the empty tree when unknown) to HEAD."""
+    base = _known(checkout, baseline) or _in_checkout(checkout, "hash-object", "-t", "tree", "/dev/null")
+    return _in_checkout(checkout, "diff", "--no-color", "--no-ext-diff", base, "HEAD", "--", *paths)

@@ -11,12 +11,17 @@ Beside it, in the fleet's private launch directory, the launch keeps its fence t
 resumed run renders the same system prompt, naming the token its first request was fenced
 with (synedre/spawn/prompt.py).
 
+The CLI also keeps there what the session has cost so far (`cost`): a resumed run starts from
+it and its `result` reports the session's total, so the launch's spending budget
+(SYNEDRE_MAX_BUDGET_USD) is shared by all its runs (synedre/stages/spawn.py `budget_left`).
+
 The store goes (`remove`) once no resume can need it (`prune`): its message reached a
 terminal status other than a resumable `spawn_failed`, a later launch of the message
 replaced it, or it ended more than SYNEDRE_SESSION_RETENTION_H ago.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -52,6 +57,30 @@ def gone(state_dir: Path, launch_id: int, session_id: str) -> bool:
     is no longer there; False when another host ran it, or this process cannot tell."""
     home = home_of(state_dir, launch_id)
     return os.access(home, os.R_OK | os.X_OK) and not has_session(state_dir, launch_id, session_id)
+
+
+# The CLI's record of a session's running cost in its transcript (one line per save, the last one
+# counts; it saves it as it exits, a SIGTERM included): {"type": "cost-state", "totalCostUSD": …}.
+COST_STATE = b'"cost-state"'
+
+
+def cost(state_dir: Path, launch_id: int, session_id: str) -> float | None:
+    """What the session has cost so far by the CLI's own account (the total it starts a resumed
+    run from), None when its transcript is not here or records none: a run stopped before its
+    `result` event (idle, hard timeout) has only this to tell what it spent."""
+    found = None
+    for transcript in store(home_of(state_dir, launch_id)).glob(f"projects/*/{session_id}.jsonl"):
+        with transcript.open("rb") as fh:
+            for line in fh:
+                if COST_STATE not in line:
+                    continue
+                try:
+                    total = json.loads(line).get("totalCostUSD")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(total, (int, float)) and not isinstance(total, bool) and total >= 0:
+                    found = float(total)
+    return found
 
 
 def keep_token(base: Path, token: str) -> None:

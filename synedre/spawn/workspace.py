@@ -26,6 +26,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -47,6 +48,9 @@ _LOCK_POLL_S = 0.05
 SANDBOX_MOUNT_POINTS = (".bash_profile", ".bashrc", ".claude", ".gitconfig", ".gitmodules", ".idea",
                         ".mcp.json", ".profile", ".ripgreprc", ".vscode", ".zprofile", ".zshrc")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# What the fleet puts in a clone for the agent to read (an iteration's mock-up diff images):
+# excluded from git, so never committed, never merged.
+FLEET_DIR = ".synedre-qa"
 
 
 class WorkspaceError(RuntimeError):
@@ -193,10 +197,38 @@ def _make_clone(repo: Path, base_branch: str, branch: str, has_branch: bool, pat
     _out(tmp, "remote", "remove", "origin")  # the trunk is not the agent's to fetch from
     with (tmp / ".git" / "info" / "exclude").open("a") as fh:
         fh.write("\n# synedre: the sandbox's mount points (not the agent's work)\n"
-                 + "".join(f"/{name}\n" for name in SANDBOX_MOUNT_POINTS))
+                 + "".join(f"/{name}\n" for name in SANDBOX_MOUNT_POINTS)
+                 + f"# synedre: what the fleet gives the agent to read\n/{FLEET_DIR}/\n")
     if owner is not None:
         chown_tree(tmp, owner)
     tmp.rename(path)
+
+
+def place_files(ws: Workspace, files: tuple[tuple[str, bytes], ...]) -> None:
+    """Write `files` (paths under `FLEET_DIR`, bytes) into the clone before the agent starts,
+    readable by it and never committed. A reused clone is the agent's: nothing there is
+    followed (a planted symlink or hard link is replaced, never written through), and one
+    made before `FLEET_DIR` was excluded is refused (`WorkspaceError`)."""
+    if not files:
+        return
+    exclude = ws.path / ".git" / "info" / "exclude"
+    st = exclude.lstat()
+    if not stat.S_ISREG(st.st_mode) or f"/{FLEET_DIR}/" not in exclude.read_text(errors="replace").split("\n"):
+        raise WorkspaceError(f"{ws.path}: {FLEET_DIR} is not excluded from its git: nothing placed")
+    top = ws.path / FLEET_DIR
+    if top.is_symlink() or (top.exists() and not top.is_dir()):
+        top.unlink()
+    top.mkdir(mode=0o755, exist_ok=True)
+    for rel, data in files:
+        target = ws.path / rel
+        if target.parent != top or not _NAME.fullmatch(target.name):
+            raise WorkspaceError(f"not a file name under {FLEET_DIR}: {rel!r}")
+        target.unlink(missing_ok=True)  # whatever the agent left there, never written through
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+    if ws.owner is not None:
+        chown_tree(top, ws.owner)
 
 
 def collect(ws: Workspace) -> str | None:
@@ -253,7 +285,6 @@ def settle_agent_file(path: Path) -> None:
         st = path.lstat()
     except FileNotFoundError:
         return
-    import stat
 
     if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
         log.warning("agent_file_refused", path=str(path), mode=oct(st.st_mode), links=st.st_nlink)
@@ -331,17 +362,6 @@ def private_file(path: Path) -> Path:
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
     path.chmod(0o600)
     return path
-
-
-def read_partial(ws: Workspace, relpath: str) -> str | None:
-    """A (possibly half-written) file from the workspace, None if absent (salvage)."""
-    path = (ws.path / relpath).resolve()
-    if not path.is_relative_to(ws.path.resolve()):
-        raise ValueError(f"{relpath!r} is outside the workspace")
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
 
 
 def merge_back(ws: Workspace) -> MergeResult:

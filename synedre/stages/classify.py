@@ -37,10 +37,13 @@ def _load(conn: Conn, claim: runner.Claim) -> tuple[ParsedMessage, Directory, de
 def _work(claim: runner.Claim, msg: ParsedMessage, directory: Directory, thread: decisions.Thread | None,
           retry: tuple[int, int, datetime] | None) -> runner.Done | runner.Held | runner.Write:
     judged = _reply(msg, directory, thread) if thread else None
-    if judged is not None and (thread.kind == decisions.REQUEST_KIND or judged.verdict):  # type: ignore[union-attr]
+    if judged is not None and (decisions.is_request(thread.kind) or judged.verdict):  # type: ignore[union-attr]
         return _decision(msg, thread, judged)  # type: ignore[arg-type]
     sender = msg.sender
     who = resolution.resolve(sender, msg.split, directory)
+    if thread is not None and not decisions.not_the_founders(raw=msg.raw, sender=sender, dkim_pass=msg.dkim_pass,
+                                                              founder=_founder(directory)):
+        who = resolution.follow(who, directory.by_id(thread.client_id))  # his follow-up: the same client
     envelope_client = resolution.envelope_client(sender, directory)
     facts = Facts(dkim_pass=msg.dkim_pass, subject=msg.subject, from_founder=directory.is_founder(sender),
                   from_atlas=bool(sender) and sender == directory.atlas_address,
@@ -94,7 +97,11 @@ def _unavailable(msg: ParsedMessage, exc: core.LLMUnavailable,
 def _reply(msg: ParsedMessage, directory: Directory, thread: decisions.Thread) -> decisions.Judgement:
     return decisions.judge(thread, raw=msg.raw, sender=msg.sender, dkim_pass=msg.dkim_pass, subject=msg.subject,
                            body=msg.body, cover=msg.split.cover,
-                           founder=frozenset(a.lower() for a in directory.founder_emails))
+                           founder=_founder(directory))
+
+
+def _founder(directory: Directory) -> frozenset[str]:
+    return frozenset(a.lower() for a in directory.founder_emails)
 
 
 def _decision(msg: ParsedMessage, thread: decisions.Thread, judged: decisions.Judgement) -> runner.Write:
@@ -102,17 +109,21 @@ def _decision(msg: ParsedMessage, thread: decisions.Thread, judged: decisions.Ju
     (once), and the reply itself is never launched: it ends as noise with its reason."""
     def write(conn: Conn) -> runner.Done:
         why = judged.why_not
-        if why is None and thread.kind == decisions.REQUEST_KIND:
+        if why is None and decisions.is_request(thread.kind):
             why = decisions.decide(conn, thread.message_id, approve=judged.verdict == "ok", by=msg.sender or "",
-                                   reply_message_id=msg.header_id, note=judged.note)
+                                   reply_message_id=msg.header_id, note=judged.note, approval_id=thread.approval_id)
         elif why is None and not decisions.record_verdict(conn, thread.message_id, judged.verdict or "",
                                                           judged.note, msg.header_id):
             why = "verdict_already_recorded"
-        event = f"{thread.kind}_reply_{'ignored' if why else 'consumed'}"
+        kind = decisions.REQUEST_KIND if decisions.is_request(thread.kind) else thread.kind
+        event = f"{kind}_reply_{'ignored' if why else 'consumed'}"
         detail = {"about": thread.message_id, "verdict": judged.verdict, "reason": why}
         messages.audit(conn, msg.id, event, **detail)
-        if why is None and thread.kind == decisions.REQUEST_KIND and judged.verdict == "ok":
-            detail["released"] = thread.message_id  # its launch is handed to spawn after the commit
+        if why is None and decisions.is_request(thread.kind) and judged.verdict == "ok":
+            detail["released"] = thread.message_id  # handed to its gate's stage after the commit
+            detail["released_to"] = decisions.released_stage(conn, thread.message_id)
+        if why is None and judged.verdict == "non":
+            detail["learn"] = thread.message_id  # what he said is learnt after the commit
         rationale = f"reply to {thread.kind} of message {thread.message_id}: {why or judged.verdict}"
         return runner.Done(Status.CLASSIFIED, detail={**detail, "intent": "noise", "model": f"rule:{event}"},
                            fields={"intent": "noise", "complexity": "leger", "confidence": 1.0,

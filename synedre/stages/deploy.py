@@ -2,13 +2,15 @@
 `./deploy <target> --preprod` in the client's repository for the code path."""
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from synedre import runner, secrets
-from synedre.config import Settings, get_settings
+from synedre.approvals import decisions
+from synedre.config import Settings, get_settings, secret_from_env
 from synedre.db import launches, tenants
 from synedre.db.types import Conn
 from synedre.log import log
@@ -20,9 +22,10 @@ from synedre.orchestrate.contract import (
     contract_of,
     is_no_code,
 )
-from synedre.orchestrate.deploy import DeployError, DeployResult, run_deploy
+from synedre.orchestrate.deploy import Confinement, DeployError, DeployResult, preflight, run_deploy
 from synedre.pipeline import BY_NAME, Status
-from synedre.spawn import repos
+from synedre.redact import Redactor
+from synedre.spawn import launcher, repos
 from synedre.spawn.workspace import WorkspaceError
 
 STAGE = BY_NAME["deploy"]
@@ -60,25 +63,59 @@ def decide(intent: str | None, complexity: str | None, contract: LeanContract, t
     return Decision(Status.DEPLOYED, "deploy_started", {**detail, "target": target}, new_intent, new_complexity)
 
 
-def topology(conn: Any, tenant: str | None) -> tuple[str | None, str | None]:
-    """(deploy target, pre-production base URL) of the contract's tenant, from our database."""
+@dataclass(frozen=True)
+class Topology:
+    """The contract's tenant as the directory declares it."""
+    target: str | None = None
+    base_url: str | None = None
+    hosts: tuple[str, ...] = ()     # deploy_hosts: what the deploy's sandbox lets it reach
+    env: tuple[str, ...] = ()       # deploy_env: the variables it gets, by name
+    infra: tuple[str, ...] = ()     # infra_paths: beside ./deploy, what a change of waits for the founder
+
+
+def topology(conn: Any, tenant: str | None) -> Topology:
+    """The contract's tenant, from our database."""
     if not tenant:
-        return None, None
+        return Topology()
     row = conn.execute(
-        """SELECT coalesce(t.deploy_target, c.deploy_target) AS target, t.config->>'preprod_url' AS url
+        """SELECT coalesce(t.deploy_target, c.deploy_target) AS target, t.config->>'preprod_url' AS url,
+                  coalesce(t.config->'deploy_hosts', '[]') AS hosts, coalesce(t.config->'deploy_env', '[]') AS env,
+                  coalesce(t.config->'infra_paths', '[]') AS infra
              FROM synedre.clients c LEFT JOIN synedre.tenant_topology t ON t.client_id = c.id
             WHERE c.codename = %s""", (tenant,)).fetchone()
-    return (row["target"], row["url"]) if row else (None, None)
+    if row is None:
+        return Topology()
+    return Topology(row["target"], row["url"], tuple(row["hosts"]), tuple(row["env"]), tuple(row["infra"]))
 
 
 @dataclass(frozen=True)
 class _Loaded:
     launch: dict[str, Any] | None
     contract: LeanContract
-    target: str | None
-    base_url: str | None
+    tenant: Topology
     repo: str | None = None  # the launch's repository, its client's (None: the fleet's default)
     foreign: str | None = None  # set: the contract's tenant is another client's, in another repository
+    guard: Guard | None = None
+
+
+@dataclass(frozen=True)
+class Guard:
+    """What decides whether this deploy waits for the founder (policy rule `touches_deploy`)."""
+    asks: bool              # the rule is on
+    approved: int | None    # the founder's OK for this launch's deploy, if given
+    baseline: str | None    # the commit last deployed with its script accepted (None: never)
+
+
+@dataclass(frozen=True)
+class Gated:
+    """The deploy did not run: the agent's commits changed how the site is deployed."""
+    paths: list[str]
+    diff: str               # redacted, cut at DIFF_MAX_CHARS
+    baseline: str | None
+    head: str
+
+
+DIFF_MAX_CHARS = 20_000
 
 
 def run(message_id: int, s: Settings | None = None) -> runner.Result:
@@ -92,11 +129,13 @@ def _load(conn: Conn, claim: runner.Claim) -> _Loaded:
     client, repo = tenants.repo_of_message(conn, claim.message_id)
     owner, tenant_repo = tenants.repo_of_tenant(conn, contract.tenant)
     foreign = (tenant_repo or "SYNEDRE_WORKSPACE_REPO") if owner not in (None, client) and tenant_repo != repo else None
-    return _Loaded(launch, contract, *topology(conn, contract.tenant), repo=repo, foreign=foreign)
+    asks, approved = decisions.gate_deploy(conn, claim.message_id, launch["id"] if launch else None, get_settings())
+    guard = Guard(asks, approved, tenants.baseline(conn, repo))
+    return _Loaded(launch, contract, topology(conn, contract.tenant), repo=repo, foreign=foreign, guard=guard)
 
 
 def _work(claim: runner.Claim, x: _Loaded, s: Settings) -> runner.Done | runner.Write:
-    d = decide(claim.state["intent"], claim.state["complexity"], x.contract, x.target, x.base_url)
+    d = decide(claim.state["intent"], claim.state["complexity"], x.contract, x.tenant.target, x.tenant.base_url)
     fields = {"intent": d.intent, "complexity": d.complexity}
     if d.status != Status.DEPLOYED:
         return runner.Done(d.status, d.event, d.detail, fields,
@@ -106,37 +145,81 @@ def _work(claim: runner.Claim, x: _Loaded, s: Settings) -> runner.Done | runner.
                            {**d.detail, "tenant": x.contract.tenant, "launch_repo": x.repo or "SYNEDRE_WORKSPACE_REPO",
                             "tenant_repo": x.foreign})
     try:
-        result = _deploy(x, s)
+        result = deploy(x.repo, x.tenant, s, x.guard)
     except DeployError as exc:  # the contract named a target that is no tenant name
         return runner.Done(Status.ORCHESTRATION_FAILED, "no_deploy_target", {**d.detail, "error": str(exc)})
+    if isinstance(result, Gated):
+        return _ask(claim, x, d, result)
     ok = bool(result and result.ok)
 
     def write(conn: Conn) -> runner.Done:
         _record_run(conn, claim.message_id, x, result, ok)
+        if result is not None and result.head is not None:  # it ran: its script is the one to compare with
+            tenants.set_baseline(conn, x.repo, result.head, claim.message_id)
         detail = {**d.detail, "exit_code": result.exit_code if result else None,
                   "timed_out": bool(result and result.timed_out),
                   "deploy_s": round(result.duration_s, 1) if result else None}
         # a failed deploy is a failed check: the agent sees its log in the iteration
         return runner.Done(Status.DEPLOYED if ok else Status.QA_FAILED, None if ok else "deploy_failed",
                            detail, fields, then=lambda: log.info(str(Status.DEPLOYED) if ok else "deploy_failed",
-                                                                 message=claim.message_id, target=x.target))
+                                                                 message=claim.message_id, target=x.tenant.target))
     return write
 
 
-def _deploy(x: _Loaded, s: Settings) -> DeployResult | None:
-    """`./deploy` in the launch's repository (for a remote, this host's checkout of what was
-    pushed); None when no repository is configured at all."""
-    repo = repos.locate(x.repo, s, repos.CHECKOUTS)
+def _ask(claim: runner.Claim, x: _Loaded, d: Decision, gated: Gated) -> runner.Write:
+    """The deploy waits for the founder: his request shows the diff of what changed."""
+    told = {"rule": "approval_rule_touches_deploy", "why": "le script de déploiement ou l'infrastructure a changé",
+            "client": x.contract.tenant, "target": x.tenant.target, "paths": gated.paths, "baseline": gated.baseline,
+            "head": gated.head, "diff": gated.diff, "intent": d.intent, "complexity": d.complexity}
+
+    def write(conn: Conn) -> runner.Done:
+        assert x.launch is not None  # a deploy always follows a launch
+        return decisions.ask_deploy(conn, claim.message_id, x.launch["id"], told)
+    return write
+
+
+def deploy(repo_spec: str | None, tenant: Topology, s: Settings, guard: Guard | None = None
+           ) -> DeployResult | Gated | None:
+    """`./deploy` of the tenant, confined, in a fresh checkout of its repository (for a remote,
+    of what this host's copy holds of it); None when no repository is configured at all.
+    `Gated` instead when its script or infrastructure changed since `guard.baseline` and the
+    policy asks the founder first (nothing run)."""
+    repo = repos.locate(repo_spec, s, repos.CHECKOUTS)
     if repo is None:
         return None
-    redact = secrets.redactor(s).redact_text
+    confine = confinement(s, tenant)
+    fleet, declared = secrets.redactor(s), Redactor([v for _, v in confine.env])
+
+    def redact(text: str) -> str:
+        return declared.redact_text(fleet.redact_text(text))
     started, wait_s = time.monotonic(), s.deploy_timeout_s + repos.REMOTE_TIMEOUT_S  # another deploy of it first
+    if why := preflight(confine):  # before any copy is made: nothing of the repository is touched
+        log.error("deploy_sandbox_unavailable", reason=why)
+        return DeployResult(ok=False, exit_code=None, timed_out=False, log_tail=redact(why), duration_s=0.0)
     try:
-        with repos.deployable(repo, s.workspace_base_branch, wait_s) as path:
-            return run_deploy(path, x.target or "", s.deploy_timeout_s, redact)
+        owner = launcher.RunAs.lookup(s.deploy_user)
+        with repos.deployable(repo, s.workspace_base_branch, s.state_dir / "deploys", owner, wait_s) as path:
+            head = repos.head(path)
+            if guard is not None and guard.asks and guard.approved is None:
+                infra = ["deploy", *tenant.infra]
+                paths = repos.changed(path, guard.baseline, infra)
+                if paths:
+                    diff = redact(repos.diff(path, guard.baseline, infra))
+                    if len(diff) > DIFF_MAX_CHARS:
+                        diff = diff[:DIFF_MAX_CHARS] + f"\n[… diff cut at {DIFF_MAX_CHARS} characters]"
+                    return Gated(paths, diff, guard.baseline, head)
+            result = run_deploy(path, tenant.target or "", s.deploy_timeout_s, redact, confine)
+            return dataclasses.replace(result, head=head) if result.exit_code is not None else result
     except (WorkspaceError, OSError, subprocess.SubprocessError) as exc:  # the remote could not be fetched
         return DeployResult(ok=False, exit_code=None, timed_out=False, duration_s=time.monotonic() - started,
                             log_tail=redact(f"{repo.remote or repo.path}: not deployable: {exc}"))
+
+
+def confinement(s: Settings, tenant: Topology) -> Confinement:
+    """The deploy's sandbox for this tenant: its hosts, its variables (a missing one is absent,
+    and the script says so itself), none of the fleet's files."""
+    env = tuple((name, value) for name in tenant.env if (value := secret_from_env(name)) is not None)
+    return Confinement(s.deploy_sandbox, s.deploy_user, tenant.hosts, env, tuple(s.fleet_files()))
 
 
 def _record_run(conn: Conn, message_id: int, x: _Loaded, result: DeployResult | None, ok: bool) -> None:
@@ -149,7 +232,7 @@ def _record_run(conn: Conn, message_id: int, x: _Loaded, result: DeployResult | 
            ON CONFLICT (launch_id) DO UPDATE SET deploy_ok = EXCLUDED.deploy_ok,
              deploy_exit_code = EXCLUDED.deploy_exit_code, deploy_log = EXCLUDED.deploy_log,
              verdict = EXCLUDED.verdict, ended_at = EXCLUDED.ended_at""",
-        (message_id, launch["id"] if launch else None, launch["iteration"] if launch else 1, x.target,
-         x.base_url, ok, result.exit_code if result else None,
+        (message_id, launch["id"] if launch else None, launch["iteration"] if launch else 1, x.tenant.target,
+         x.tenant.base_url, ok, result.exit_code if result else None,
          result.log_tail if result else "no repository configured (SYNEDRE_WORKSPACE_REPO)",
          None if ok else "failed", ok))

@@ -1,9 +1,10 @@
 """Stages `qa` and `qa_route` (SPEC §9.3–9.5): the contract's routes re-resolved against the
 target's sitemap, then one check per route on any QA worker, joined in PostgreSQL.
 
-`plan` claims the message, resolves the routes and writes one `qa_checks` row each (a
-route absent from the sitemap is failed there, without a browser run); the task then
-enqueues one `qa_route` task per route to check. `check_one` claims one pending route of
+`plan` claims the message, resolves the routes and writes one `qa_checks` row per page
+(the declared routes that resolve to one page, or redirect to it, share its row, which names
+them all; a route absent from the sitemap is failed there, without a browser run); the task
+then enqueues one `qa_route` task per page to check. `check_one` claims one pending route of
 the message (`FOR UPDATE SKIP LOCKED`: several workers share a message's routes), checks
 it in Chromium with no transaction open, writes its result, and the last one to finish
 moves the message to `qa_passed` or `qa_failed` with a conditional UPDATE.
@@ -65,24 +66,26 @@ def _load_plan(conn: Conn, claim: runner.Claim) -> _Loaded:
 def _plan(claim: runner.Claim, x: _Loaded, s: Settings, pending: list[int]) -> runner.Write:
     routes = list(getattr(contract_of(x.launch), "routes_to_qa", []))
     sitemap_error: str | None = None
+    base = x.run["base_url"]
     try:
-        sitemap = qa.fetch_sitemap(x.run["base_url"], s.qa_timeout_s)
-        resolutions = qa.resolve_routes(routes, sitemap)
+        resolutions = qa.resolve_routes(routes, qa.fetch_sitemap(base, s.qa_timeout_s))
     except qa.SitemapError as exc:
         resolutions, sitemap_error = [], str(exc)[:300]
+    checks = qa.plan_checks(resolutions, lambda path: qa.landing(base, path, s.qa_timeout_s))
 
     def write(conn: Conn) -> runner.Done:
-        for r in resolutions:
-            unresolved = r.resolved is None
+        for c in checks:
+            first = c.routes[0]
             conn.execute(
-                """INSERT INTO synedre.qa_checks (qa_run_id, declared, resolved, resolution, status, reasons)
-                   VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (qa_run_id, declared) DO NOTHING""",
-                (x.run["id"], r.declared, r.resolved, r.reason,
-                 str(QaCheckStatus.FAILED if unresolved else QaCheckStatus.PENDING),
-                 Jsonb([r.reason] if unresolved else [])))
+                """INSERT INTO synedre.qa_checks (qa_run_id, declared, routes, resolved, resolution, status, reasons)
+                   VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (qa_run_id, declared) DO NOTHING""",
+                (x.run["id"], first.declared, [r.declared for r in c.routes], c.page, first.reason,
+                 str(QaCheckStatus.FAILED if c.page is None else QaCheckStatus.PENDING),
+                 Jsonb([first.reason] if c.page is None else [])))
         pending[0] = _one(conn, "SELECT count(*) AS n FROM synedre.qa_checks WHERE qa_run_id = %s"
                                 " AND status = %s", x.run["id"], str(QaCheckStatus.PENDING))["n"]
         detail = {"routes": routes, "resolved": {r.declared: [r.resolved, r.reason] for r in resolutions},
+                  "pages": {c.page: [r.declared for r in c.routes] for c in checks if c.page},
                   "to_check": pending[0]}
         if sitemap_error is None and pending[0] > 0:
             return runner.Done(Status.QA, "qa_planned", detail)
@@ -106,14 +109,14 @@ def check_one(message_id: int, s: Settings | None = None) -> runner.Result:
                                 AND (c.status = %(pending)s OR (c.status = %(running)s
                                      AND c.claimed_at < now() - interval '{CHECK_LEASE_S} seconds'))
                               ORDER BY c.id LIMIT 1 FOR UPDATE OF c SKIP LOCKED)
-             RETURNING id, qa_run_id, declared, resolved""",
+             RETURNING id, qa_run_id, routes, resolved""",
             {"id": message_id, "at": str(Status.QA), "running": str(QaCheckStatus.RUNNING),
              "pending": str(QaCheckStatus.PENDING)}).fetchone()
         if row is None:
             return runner.why_not(conn, ROUTE, message_id) if _status(conn, message_id) != Status.QA \
                 else runner.Skip("no route left to check")
         run = _one(conn, "SELECT * FROM synedre.qa_runs WHERE id = %s", row["qa_run_id"])
-        mockup = _mockup(conn, message_id, row["resolved"], row["declared"])
+        mockup = _mockup(conn, message_id, row["resolved"], row["routes"])
     shot = shots_dir(s, message_id, run["id"]) / f"check-{row['id']}.png"
     try:
         result = qa.check_route(run["base_url"], row["resolved"], shot, s.qa_timeout_s, mockup, s.iso_threshold,
@@ -174,14 +177,16 @@ def _verdict(conn: Any, run_id: int, *, passed: bool, only_iso: bool) -> None:
                  ("passed" if passed else "failed", only_iso, run_id))
 
 
-def _mockup(conn: Any, message_id: int, resolved: str, declared: str) -> Path | None:
-    """The route's mock-up as a file on this host (fetched from the database into its cache:
-    it may have been registered on another host)."""
+def _mockup(conn: Any, message_id: int, resolved: str, declared: list[str]) -> Path | None:
+    """The page's mock-up (registered for the page, else for one of its declared routes, in
+    their order) as a file on this host (fetched from the database into its cache: it may
+    have been registered on another host)."""
+    names = [resolved, *(qa.normalize_path(d) for d in declared)]
     row = conn.execute(
         """SELECT m.path, m.proof FROM synedre.mockups m
              JOIN synedre.email_states e ON e.chantier_id = m.chantier_id
-            WHERE e.message_id = %s AND m.route IN (%s, %s) ORDER BY m.route = %s DESC LIMIT 1""",
-        (message_id, resolved, qa.normalize_path(declared), resolved)).fetchone()
+            WHERE e.message_id = %s AND m.route = ANY(%s) ORDER BY array_position(%s, m.route) LIMIT 1""",
+        (message_id, names, names)).fetchone()
     return Path(str(proofs.readable(conn, row["proof"], row["path"], "mockup.png"))) if row else None
 
 
@@ -199,5 +204,7 @@ def _detail(r: qa.RouteResult) -> dict[str, Any]:
         out["error"] = r.error
     if r.iso is not None:
         out["iso"] = {"mismatch_ratio": round(r.iso.mismatch_ratio, 4), "threshold": r.iso.threshold,
-                      "mismatched_pixels": r.iso.mismatched_pixels, "compared_pixels": r.iso.compared_pixels}
+                      "mismatched_pixels": r.iso.mismatched_pixels, "compared_pixels": r.iso.compared_pixels,
+                      "compared_size": list(r.iso.compared_size), "region": list(r.iso.region or []) or None,
+                      "heights": list(r.iso.heights)}
     return out

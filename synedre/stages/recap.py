@@ -4,13 +4,14 @@ that draft's id, exactly once), with the QA screenshots as proof and the draft r
 from __future__ import annotations
 
 import secrets
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from synedre import ai, db, runner
 from synedre.classify.split import split_cover_quoted
 from synedre.config import Settings, get_settings
-from synedre.db import launches, messages
+from synedre.db import changes, launches, lessons, messages
 from synedre.ingest.mime import body_text
 from synedre.log import log
 from synedre.mail import outbound, recap_view
@@ -43,7 +44,8 @@ def _facts(conn: Any, message_id: int) -> dict[str, Any]:
     draft = conn.execute("SELECT body FROM synedre.reply_drafts WHERE message_id = %s", (message_id,)).fetchone()
     return {**head, "launch": launch, "contract": contract_of(launch) if launch else None,
             "qa": iterations.summary(conn, message_id), "draft": draft and draft["body"],
-            "cover": _cover(conn, message_id)}
+            "cover": _cover(conn, message_id), "changes": changes.of_message(conn, message_id),
+            "lessons": lessons.of_launches(conn, message_id)}
 
 
 def _cover(conn: Any, message_id: int) -> str:
@@ -82,6 +84,10 @@ def compose(facts: dict[str, Any], draft: str) -> tuple[str, str, list[Path]]:
     lines += ["", "Ce que l'agent a fait :", summary]
     if commits:
         lines += ["", "Commits : " + ", ".join(commits)]
+    if facts.get("changes"):
+        lines += ["", "Ce qui a changé :", *recap_view.change_lines(facts["changes"])]
+    if learnt := recap_view.lesson_lines(facts):
+        lines += ["", recap_view.LESSONS_TITLE + " :", *(f"- {line}" for line in learnt)]
     shots: list[Path] = []
     if qa["routes"]:
         lines += ["", f"Vérification en préproduction ({qa.get('target')}, itération {qa.get('iteration')}) :"]
@@ -102,6 +108,17 @@ def _proofs(route: dict[str, Any]) -> list[Path]:
     return [Path(p) for p in (route["screenshot"], route["diff_image"]) if p]
 
 
+def _patches(found: list[dict[str, Any]], into: Path) -> list[Path]:
+    """Each launch's patch (redacted and cut when it was taken) as a file to attach."""
+    paths = []
+    for change in found:
+        if change["patch"]:
+            path = into / recap_view.patch_name(change)
+            path.write_bytes(bytes(change["patch"]))
+            paths.append(path)
+    return paths
+
+
 def run(message_id: int, s: Settings | None = None) -> runner.Result:
     return runner.run(STAGE, message_id, lambda conn, claim: _facts(conn, message_id), _work)
 
@@ -117,9 +134,11 @@ def _work(claim: runner.Claim, facts: dict[str, Any]) -> runner.Done | runner.He
                          " ON CONFLICT (message_id) DO NOTHING", (message_id, draft, source, message_id))
     text, html, shots = compose(facts, draft)
     try:
-        sent = outbound.send_to_founder(db.transaction, facts["mailbox"], message_id, "recap",
-                                        subject=facts["subject"] or "(sans objet)", text=text, html=html,
-                                        attachments=shots)
+        with tempfile.TemporaryDirectory(prefix="recap-") as tmp:  # the patches, for the mail's making only
+            shots += _patches(facts["changes"], Path(tmp))
+            sent = outbound.send_to_founder(db.transaction, facts["mailbox"], message_id, "recap",
+                                            subject=facts["subject"] or "(sans objet)", text=text, html=html,
+                                            attachments=shots)
     except outbound.MailNotSent as exc:
         raise RecapDeferred(str(exc)) from exc
     if sent.outcome == outbound.SendOutcome.IN_PROGRESS:

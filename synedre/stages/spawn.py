@@ -8,6 +8,7 @@ lost its slots while launches ran.
 """
 from __future__ import annotations
 
+import math
 import subprocess
 import threading
 import time
@@ -20,15 +21,16 @@ from typing import Any
 from synedre import agent_tools as tools, db, incidents, kv, runner, secrets
 from synedre.approvals import decisions
 from synedre.config import Settings, get_settings
-from synedre.db import launches, messages, tenants
+from synedre.db import changes as launch_changes, launches, lessons as lessons_sql, messages, tenants
 from synedre.db.launches import LaunchClaim
 from synedre.log import log
 from synedre.message import ParsedMessage
-from synedre.orchestrate import iterations
+from synedre.orchestrate import iterations, lessons
 from synedre.orchestrate.contract import contract_of, read_contract
 from synedre.pipeline import BY_NAME, LaunchStatus, Status
 from synedre.redact import Redactor
-from synedre.spawn import agent, launcher, locks, persona, prompt, repos, routing, sandbox, session, workspace
+from synedre.spawn import agent, failure, launcher, locks, persona, prompt, repos, routing, sandbox, session, workspace
+from synedre.spawn.changes import Changes, of_branch
 
 DEFAULT_AGENT = "atlas"
 STAGE = BY_NAME["spawn"]
@@ -76,6 +78,12 @@ def over_budget(conn, message_id: int, s: Settings) -> OverBudget | None:
     return None
 
 
+def budget_left(s: Settings, spent: float) -> float:
+    """What remains of a launch's spending budget (SYNEDRE_MAX_BUDGET_USD: one for the launch and
+    all its resumes, each given only the rest), down to the cent; 0 when less than a cent is left."""
+    return max(0.0, math.floor((s.max_budget_usd - spent) * 100 + 1e-6) / 100)
+
+
 def succeeded(outcome: launcher.RunOutcome, max_turns: int | None, contract_valid: bool,
               contract_committed: bool = False) -> LaunchVerdict:
     """SPEC §8: never trust the exit code alone. A contract file in the agent's commits is
@@ -84,6 +92,8 @@ def succeeded(outcome: launcher.RunOutcome, max_turns: int | None, contract_vali
     r = outcome.result
     if r is None:
         return LaunchVerdict(False, outcome.stop_reason)
+    if r.subtype == "success" and r.is_error:  # the CLI's API calls failed: its own words, classified
+        return LaunchVerdict(False, failure.reason(r.raw))
     if r.subtype != "success" or r.is_error:
         return LaunchVerdict(False, f"result:{r.subtype}:is_error={r.is_error}")
     if r.permission_denials:
@@ -126,11 +136,11 @@ def run(message_id: int, s: Settings | None = None, stop: threading.Event | None
         log.warning("spawn_disabled", message=message_id, reason=reason)
         return runner.Held(why, "spawn_held")
     lock = locks.MessageLock(r, str(message_id))
-    if not lock.acquire():
+    if not lock.acquire(s.spawn_lock_ttl_s):
         with db.transaction() as conn:
             messages.audit(conn, message_id, "spawn_skipped_lock_held", holder=lock.holder())
         return runner.Skip("another worker holds the launch lock")
-    slot = locks.LaunchSemaphore(r, limit=s.max_concurrent_launches)
+    slot = locks.LaunchSemaphore(r, limit=s.max_concurrent_launches, ttl_s=s.spawn_lock_ttl_s)
     beats = []
     try:
         if not slot.acquire():
@@ -169,7 +179,7 @@ class _Loaded:
     msg: ParsedMessage
     planned: routing.Planned
     iteration: int
-    brief: str | None
+    brief: iterations.Brief | None
     follows: tuple[str, str] | None = None  # a recap's thread: (that recap's summary, its launch's workspace)
 
 
@@ -189,7 +199,8 @@ def _launch(message_id: int, s: Settings, stop: threading.Event) -> runner.Resul
     route = routing.check_proxy(loaded.planned, routing.http_healthy)
     # 3. the claim (the source of truth against a second launch), persona and audits
     with db.transaction() as conn:
-        bundle = persona.load(conn, DEFAULT_AGENT, query="", embed=vector, chantier_id=state["chantier_id"])
+        bundle = persona.load(conn, DEFAULT_AGENT, query="", embed=vector, chantier_id=state["chantier_id"],
+                              client_id=state["client_id"])
         system = prompt.system_prompt(state["intent"], state["complexity"], persona.render(bundle))
         # Redis's slots are lost with its data; launches still running then keep their rows
         if (n := launches.running(conn)) >= s.max_concurrent_launches:
@@ -203,6 +214,7 @@ def _launch(message_id: int, s: Settings, stop: threading.Event) -> runner.Resul
                                     prompt_version=prompt.VERSION, max_turns=system.max_turns, approval_id=approval)
         if claim is None:
             return runner.why_not(conn, STAGE, message_id)
+        lessons_sql.given(conn, claim.launch_id, [lesson.id for lesson in bundle.lessons])
         if bundle.lessons_error:
             messages.audit(conn, message_id, "persona_lessons_failed", error=bundle.lessons_error)
         if route.fallback_reason:
@@ -211,10 +223,12 @@ def _launch(message_id: int, s: Settings, stop: threading.Event) -> runner.Resul
     user = prompt.user_prompt(
         message_ref=state["message_id_header"], client=client,
         intent=state["intent"], complexity=state["complexity"], confidence=state["confidence"] or 0.0,
-        rationale=state["rationale"] or "", cover=msg.split.cover, quoted=msg.split.quoted, iteration=loaded.brief,
+        rationale=state["rationale"] or "", cover=msg.split.cover, quoted=msg.split.quoted,
+        iteration=loaded.brief.text if loaded.brief else None,
         attachments=msg.attachment_names, subject=msg.subject,
-        previous_recap=loaded.follows[0] if loaded.follows else None)
-    return _Launch(claim, s, system, route.model, stop, loaded.follows[1] if loaded.follows else None).run(user)
+        previous_recap=loaded.follows[0] if loaded.follows else None, lessons=persona.lessons_text(bundle))
+    return _Launch(claim, s, system, route.model, stop, loaded.follows[1] if loaded.follows else None,
+                   files=loaded.brief.files if loaded.brief else ()).run(user)
 
 
 @dataclass(frozen=True)
@@ -248,9 +262,13 @@ def _load(conn, message_id: int, s: Settings) -> _Loaded | _Capped | runner.Resu
     if not plan.escalate:
         return _Loaded(state, msg, planned, plan.next, iterations.brief(conn, message_id))
     escalated = runner.Done(Status.ESCALATED, detail={"launches": plan.done, "limit": plan.limit,
-                                                      "only_iso_mismatch": plan.only_iso, "reasons": plan.reasons})
+                                                      "only_iso_mismatch": plan.only_iso, "reasons": plan.reasons,
+                                                      "learn": message_id})
     if not runner.move(conn, STAGE, message_id, escalated, at=Status.QA_FAILED):
         return runner.why_not(conn, STAGE, message_id)
+    # the last failure, with its figures, becomes a lesson for the next launch (SPEC §9.8)
+    lessons.note(conn, "escalation", f"escalation:{message_id}:{plan.done}", message_id,
+                 lessons.escalation_facts(conn, message_id, plan.done, plan.limit), s)
     log.warning("escalated", message=message_id, iterations=plan.done, limit=plan.limit)
     return escalated
 
@@ -300,6 +318,7 @@ class _Launch:
     continues: str | None = None  # the workspace (and so the branch) of the work this request continues
     clone: str | None = None  # resuming: the name of the launch's clone, kept from its first run
     first_seq: int = 0  # resuming: the launch's stream goes on from here
+    files: tuple[tuple[str, bytes], ...] = ()  # put in the clone before the agent starts (the iteration's diff images)
 
     def fail(self, reason: str, error: str, outcome: LaunchStatus = LaunchStatus.FAILED,
              **audit: object) -> runner.Done:
@@ -331,17 +350,29 @@ class _Launch:
                 return ws
             env = agent.env(s, f"launch:{claim.launch_id}", where.home, where.contract, run_as)
             settings_file = self.confine(ws, where, run_as, lane)
-            if unavailable := sandbox.preflight(env["PATH"], run_as):  # before any agent process or model call
+            apart = agent.apart(where.home, [where.mine, ws.path])
+            if unavailable := sandbox.preflight(env["PATH"], run_as, apart):  # before any agent process or model call
                 workspace.close_workspace(ws)
                 return self.fail("sandbox_unavailable", unavailable, LaunchStatus.SANDBOX_UNAVAILABLE,
                                  path=env["PATH"])
             if session_id is None:  # what a resumed run's system prompt must name again
                 session.keep_token(where.base, user.token)
             # the stream's redactor, then what the agent left (contract, commits)
-            one = _Agent(self, ws, where, env, settings_file, lane, run_as, user.token, secrets.redactor(s),
+            one = _Agent(self, ws, where, env, settings_file, lane, run_as, apart, user.token, secrets.redactor(s),
                          self.persist())
-            outcome = self.resume_once(one, one.start(user.text, session_id, self.limits(0.0)), started)
+            with db.transaction() as conn:  # a resumed launch: what its earlier runs left of its budget
+                budget = budget_left(s, launches.record_cost(conn, claim, None))
+            outcome = self.resume_once(one, one.start(user.text, session_id, self.limits(0.0), budget), started)
         return self.conclude(ws, where, outcome, one.redactor)
+
+    def spent(self, outcome: launcher.RunOutcome) -> float | None:
+        """What the launch's session has cost so far by the CLI's account: its result's total (the
+        CLI counts the session's earlier runs in), else, a run stopped before its result, the
+        running total its session keeps (spawn/session.py `cost`)."""
+        r = outcome.result
+        if r is not None and r.total_cost_usd is not None:
+            return r.total_cost_usd
+        return session.cost(self.s.state_dir, self.claim.launch_id, outcome.session_id) if outcome.session_id else None
 
     def limits(self, spent_s: float) -> launcher.Limits:
         """The launch's limits, less what its earlier run in the same claim already took."""
@@ -364,17 +395,21 @@ class _Launch:
                 kv.client(), s.spawn_disabled)) else None)
         except locks.LaunchGuardUnavailable as exc:  # fail closed: nothing says launches may go on
             why = f"launch switch unreadable: {exc}"
+        spent = self.spent(outcome)  # what the stopped run cost (no result: its session's total)
         with db.transaction() as conn:
-            why = why or (str(over) if (over := over_budget(conn, mid, s)) else None)
             launches.update(conn, self.claim, session_id=outcome.session_id)  # fenced: still ours
+            spent = launches.record_cost(conn, self.claim, spent)
+            why = why or (str(over) if (over := over_budget(conn, mid, s)) else None)
+            if not why and (budget := budget_left(s, spent)) <= 0:
+                why = f"launch spending budget spent: {spent:.2f} of {s.max_budget_usd:.2f} USD"
             messages.audit(conn, mid, "spawn_resume_skipped" if why else "spawn_resumed",
-                           **({"reason": why} if why else {}), attempt=self.claim.attempt,
-                           launch_id=self.claim.launch_id, after="idle", by="auto")
+                           **({"reason": why} if why else {"budget_usd": budget}), attempt=self.claim.attempt,
+                           launch_id=self.claim.launch_id, after="idle", by="auto", spent_usd=spent)
         if why:
             log.warning("spawn_resume_skipped", message=mid, reason=why)
             return outcome
-        log.info("spawn_resumed", message=mid, launch_id=self.claim.launch_id, after="idle")
-        return one.start(session.resume_prompt("idle", str(one.where.contract)), outcome.session_id, limits)
+        log.info("spawn_resumed", message=mid, launch_id=self.claim.launch_id, after="idle", budget_usd=budget)
+        return one.start(session.resume_prompt("idle", str(one.where.contract)), outcome.session_id, limits, budget)
 
     def open_clone(self, where: _Layout, run_as: launcher.RunAs | None) -> workspace.Workspace | runner.Done:
         """The launch's own clone of its client's repository (the fleet's default for a client
@@ -389,18 +424,29 @@ class _Launch:
             name = self.clone or self.continues or f"msg-{claim.message_id}-a{claim.attempt}"
             ws = repos.open_workspace(repo, base_branch=s.workspace_base_branch, root=where.clones,
                                       name=name, owner=run_as)
+            base = repos.head(ws.repo, s.workspace_base_branch)
         except (workspace.WorkspaceError, OSError, subprocess.SubprocessError) as exc:
             return self.fail("workspace_unavailable", str(exc), repo=str(repo.remote or repo.path))
+        if spec is not None or s.workspace_repo is not None:
+            with db.transaction() as conn:  # before any agent commit: the deploy script as the client has it
+                tenants.set_baseline(conn, spec, base, claim.message_id, first=True)
         if self.clone is None:  # absent before the agent starts: only its own counts (a resumed one's is)
             where.contract.unlink(missing_ok=True)
         workspace.private_file(where.base / "events.ndjson")
+        try:
+            workspace.place_files(ws, self.files)
+        except (OSError, workspace.WorkspaceError) as exc:  # the brief says the difference in words too
+            with db.transaction() as conn:
+                messages.audit(conn, claim.message_id, "workspace_files_not_placed", error=str(exc)[:300],
+                               files=[name for name, _ in self.files])
+            log.warning("workspace_files_not_placed", message=claim.message_id, error=str(exc))
         return ws
 
     def confine(self, ws: workspace.Workspace, where: _Layout, run_as: launcher.RunAs | None,
                 lane: tools.ToolPolicy) -> Path:
         """The sandbox's settings written for the CLI, and recorded on the launch's row."""
         rules = sandbox.settings(workspace=ws.path, contract_dir=where.out, launch_dir=where.mine, repo=ws.repo,
-                                 state_dir=self.s.state_dir,
+                                 fleet=self.s.fleet_files(),
                                  domains=sandbox.allowed_domains(self.s.agent_allowed_domains))
         settings_file = sandbox.write_settings(where.mine / sandbox.SETTINGS_NAME, rules, run_as)
         with db.transaction() as conn:
@@ -454,11 +500,19 @@ class _Launch:
         if launch_outcome == LaunchStatus.SANDBOX_UNAVAILABLE and r:
             salvage["startup_errors"] = r.raw.get("errors")
         stored = redactor.redact_obj(contract.contract.model_dump()) if contract.contract else None
+        salvage = redactor.redact_obj(salvage)
+        # after what the agent left was redacted, so the redactor knows every value it hid there
+        # (a commit's subject joins its lines: a rule alone may miss one); before the branch goes
+        changed = self.changes(ws, merged, redactor)
+        spent = self.spent(outcome)
         with db.transaction() as conn:
+            launches.record_cost(conn, self.claim, spent)
             runner.finish_launch(conn, self.claim, verdict.done, outcome=launch_outcome, reason=verdict.reason,
                                  exit_code=outcome.exit_code, is_error=r.is_error if r else None,
-                                 num_turns=r.num_turns if r else None, cost_usd=r.total_cost_usd if r else None,
-                                 contract=stored, salvage=redactor.redact_obj(salvage))
+                                 num_turns=r.num_turns if r else None,
+                                 contract=stored, salvage=salvage)
+            if changed is not None:
+                launch_changes.record(conn, self.claim.launch_id, changed.as_record())
             if merged is not None and merged.failed:
                 messages.audit(conn, self.claim.message_id, str(Status.MERGE_FAILED),
                                **redactor.redact_obj({"reason": merged.reason, "branch": ws.branch,
@@ -468,6 +522,18 @@ class _Launch:
         log.info("spawn_finished", message=self.claim.message_id, ok=verdict.ok, reason=verdict.reason,
                  exit_code=outcome.exit_code, stop=outcome.stop_reason)
         return verdict.done
+
+    def changes(self, ws: workspace.Workspace, merged: workspace.MergeResult | None,
+                redactor: Redactor) -> Changes | None:
+        """What the merged branch changed, for the recap (spawn/changes.py); unreadable, the
+        recap goes without it: the launch's verdict does not depend on it."""
+        if merged is None or not merged.merged:
+            return None
+        try:
+            return of_branch(ws, redactor, self.s.recap_patch_max_bytes)
+        except workspace.WorkspaceError as exc:
+            log.warning("launch_changes_unavailable", message=self.claim.message_id, error=str(exc))
+            return None
 
 
 @dataclass(frozen=True)
@@ -481,27 +547,32 @@ class _Agent:
     settings_file: Path
     lane: tools.ToolPolicy
     run_as: launcher.RunAs | None
+    apart: launcher.Apart  # its own /tmp, the same for every run of the launch
     token: str
     redactor: Redactor
     on_events: Callable[[launcher.Batch], None]
 
-    def start(self, text: str, session_id: str | None, limits: launcher.Limits) -> launcher.RunOutcome:
+    def start(self, text: str, session_id: str | None, limits: launcher.Limits,
+              budget_usd: float) -> launcher.RunOutcome:
         """Run the CLI to its end: a new session (persisted, so that it can be resumed), or
-        `session_id` continued (`--resume`); the system prompt names the launch's fence token."""
+        `session_id` continued (`--resume`); the system prompt names the launch's fence token.
+        `budget_usd`: what this run may spend (`--max-budget-usd`, the CLI counting this run's
+        spend alone): what the launch's earlier runs left (`budget_left`)."""
         s, this = self.launch.s, self.launch
         argv = launcher.build_argv(s.claude_bin, add_dir=[self.ws.path, self.where.out], settings=self.settings_file,
                                    prompt=text, model=this.model, max_turns=this.system.max_turns,
                                    system_prompt=this.system.render(contract_path=str(self.where.contract),
                                                                     token=self.token),
                                    allowed_tools=self.lane.allowed, disallowed_tools=self.lane.disallowed,
-                                   max_budget_usd=s.max_budget_usd, resume_session=session_id, persist_session=True)
+                                   max_budget_usd=budget_usd, resume_session=session_id, persist_session=True)
         log.info("spawn_started", message=this.claim.message_id, attempt=this.claim.attempt, model=this.model,
+                 budget_usd=budget_usd,
                  kind=this.system.kind, tools=",".join(self.lane.allowed), resumed=session_id is not None,
                  agent_user=self.run_as.name if self.run_as else None)
         return launcher.run(argv, cwd=self.ws.path, env=self.env, limits=limits, redactor=self.redactor,
                             on_events=self.on_events, ndjson_path=self.where.base / "events.ndjson",
                             on_session=this.on_session, stop=this.stop, umask=workspace.PRIVATE_UMASK,
-                            run_as=self.run_as)
+                            run_as=self.run_as, apart=self.apart)
 
 
 # -- resume by hand (`synedre launch resume`) -------------------------------------------------
@@ -523,6 +594,9 @@ def resumable(conn, message_id: int, s: Settings) -> dict[str, Any] | str:
                 " or the loss of its worker, with its session recorded, is)")
     if over := over_budget(conn, message_id, s):
         return f"spending cap: {over}"
+    if budget_left(s, float(row["cost_usd"] or 0)) <= 0:
+        return (f"launch #{row['id']}'s spending budget is spent: {float(row['cost_usd']):.2f} of"
+                f" {s.max_budget_usd:.2f} USD (SYNEDRE_MAX_BUDGET_USD, one for all its runs)")
     return row
 
 
@@ -553,7 +627,8 @@ def _resume(message_id: int, s: Settings, stop: threading.Event, launch_id: int,
         return runner.Skip(f"launch #{launch_id} not resumed: its session store is not on this host")
     vector = persona.query_vector(f"{msg.subject}\n{msg.split.cover}")  # the network, no transaction open
     with db.transaction() as conn:
-        bundle = persona.load(conn, DEFAULT_AGENT, query="", embed=vector, chantier_id=state["chantier_id"])
+        bundle = persona.load(conn, DEFAULT_AGENT, query="", embed=vector, chantier_id=state["chantier_id"],
+                              client_id=state["client_id"])
         system = prompt.system_prompt(state["intent"], state["complexity"], persona.render(bundle))
         if (n := launches.running(conn)) >= s.max_concurrent_launches:
             raise NoSlot(f"{n} launches running (PostgreSQL's count)")

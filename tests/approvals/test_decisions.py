@@ -194,7 +194,8 @@ def test_a_reply_names_the_request_by_in_reply_to_first_then_references(conn, tm
                      " sent_at) VALUES (%s, %s, 'atlas', %s, 'sent', 1, now())", (m, kind, rfc))
     token = conn.execute("SELECT token FROM synedre.approvals WHERE message_id = %s", (mid,)).fetchone()["token"]
     raw = b"In-Reply-To: <atlas-approval-1@a>\r\nReferences: <orig@x> <atlas-recap-2@a>\r\n\r\nOK\r\n"
-    assert decisions.thread_of(conn, raw) == decisions.Thread(mid, "approval", token)
+    approval = conn.execute("SELECT id FROM synedre.approvals WHERE message_id = %s", (mid,)).fetchone()["id"]
+    assert decisions.thread_of(conn, raw) == decisions.Thread(mid, "approval", token, approval)
     raw = b"References: <orig@x> <atlas-approval-1@a> <atlas-recap-2@a>\r\n\r\nOK\r\n"
     assert decisions.thread_of(conn, raw) == decisions.Thread(other, "recap", None)  # the last reference first
     assert decisions.thread_of(conn, b"In-Reply-To: <atlas-alert-2@a>\r\n\r\nOK\r\n") is None  # not a kind we read

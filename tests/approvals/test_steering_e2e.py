@@ -26,6 +26,7 @@ from tests.conftest import CORPUS
 from tests.services import stack
 from tests.services.claude_api import ScriptedModel, bash, start_claude_api, text
 from tests.services.smtp import start_smtp
+from tests.services.stack import q
 from tests.spawn.conftest import git
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.integration,
@@ -36,12 +37,8 @@ ATLAS = "atlas@atelier-moreau.fr"
 RUN_PLAN_ONLY = "[run_plan]\nenabled = true\n"
 CONTRACT = json.dumps({"ok": True, "tenant": None, "routes_to_qa": [], "commits": [], "summary_md": "analyse faite",
                        "draft_reply_for_user": None})
+WRITE_CONTRACT = f"printf '%s' '{CONTRACT}' > \"$SYNEDRE_CONTRACT_PATH\""
 SIGNED = [b"from", b"to", b"subject", b"date", b"message-id", b"in-reply-to", b"references"]
-
-
-def q(url, sql, *args):
-    with psycopg.connect(url) as conn:
-        return conn.execute(sql, args).fetchall()
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +58,10 @@ def dkim_key(tmp_path_factory):
 @pytest.fixture
 def steer(request, services, clamd, case_llm, dkim_key, tmp_path, monkeypatch):
     """Ingestion, classification, spawn and the approval stage on real workers; the policy
-    is the test's (`@pytest.mark.policy(text)`), run + plan only by default."""
+    is the test's (`@pytest.mark.policy(text)`), run + plan only by default; so is the agent
+    (`@pytest.mark.agent(ScriptedModel)`), by default one that writes its contract."""
     marker = request.node.get_closest_marker("policy")
+    agent = request.node.get_closest_marker("agent")
     policy = tmp_path / "policy.toml"
     policy.write_text(marker.args[0] if marker else RUN_PLAN_ONLY)
     repo = tmp_path / "repo"
@@ -77,8 +76,7 @@ def steer(request, services, clamd, case_llm, dkim_key, tmp_path, monkeypatch):
     box.write_text(f'[mailboxes.atlas]\nimap_host = "{dv.host}"\nimap_port = {dv.port}\nimap_tls = false\n'
                    f'smtp_host = "{smtp.host}"\nsmtp_port = {smtp.port}\nsmtp_tls = false\n'
                    f'username = "{dv.username}"\npassword_env = "TEST_ATLAS_PASSWORD"\nfolder = "INBOX"\n')
-    api = start_claude_api(ScriptedModel([[bash(f"printf '%s' '{CONTRACT}' > \"$SYNEDRE_CONTRACT_PATH\"")],
-                                          [text("Done.")]]))
+    api = start_claude_api(agent.args[0] if agent else ScriptedModel([[bash(WRITE_CONTRACT)], [text("Done.")]]))
     env = {**services["env"], "SYNEDRE_MAILBOXES_FILE": str(box), "SYNEDRE_DKIM_KEYS_FILE": str(dkim_key[1]),
            "SYNEDRE_CLAMD": str(clamd.socket_path), "SYNEDRE_MISTRAL_API_KEY": "test-key-not-secret",
            "SYNEDRE_MISTRAL_SERVER_URL": case_llm.url, "SYNEDRE_APPROVAL_POLICY_FILE": str(policy),
@@ -314,7 +312,7 @@ def test_an_unanswered_request_expires_with_one_alert_and_a_late_ok_changes_noth
 
 
 def test_operator_approve_and_refuse_on_a_live_fleet_are_audited_with_the_os_user(steer):
-    import getpass
+    from synedre.cli import _operator  # the real uid's name (tests/test_cli_operator.py: never LOGNAME)
     s, url = steer, steer["url"]
     yes, no = launchable(s, "op-yes"), launchable(s, "op-no")
     request_mail(s, yes), request_mail(s, no)
@@ -323,7 +321,7 @@ def test_operator_approve_and_refuse_on_a_live_fleet_are_audited_with_the_os_use
     refused = cli(s, "refuse", str(no), "--reason", "pas ce mois-ci")
     approved = cli(s, "approve", str(yes))
     assert approved.returncode == 0 and refused.returncode == 0, (approved.stderr, refused.stderr)
-    by = f"operator:{getpass.getuser()}"
+    by = f"operator:{_operator()}"
     assert by in approved.stdout
     stack.wait_for(lambda: q(url, "SELECT count(*) FROM synedre.launches WHERE message_id = %s", yes)[0][0], 60,
                    "the approved launch")

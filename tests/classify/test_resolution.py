@@ -1,5 +1,6 @@
 """ClientResolution: envelope first, then a forwarded From:, never a consumer or founder domain."""
-from synedre.classify.resolution import envelope_client, resolve
+from synedre.approvals.decisions import not_the_founders
+from synedre.classify.resolution import envelope_client, follow, resolve
 from synedre.classify.split import split_cover_quoted
 from synedre.db.directory import Client, Directory
 
@@ -43,3 +44,24 @@ def test_privileges_only_ever_come_from_the_envelope():
     assert envelope_client("offres@evil-promo.test", D) is None
     assert resolve("offres@evil-promo.test", split_cover_quoted(FWD), D).source == "forwarded-body"
     assert envelope_client("julien@atelier-moreau.fr", D) is None
+
+
+def test_a_follow_up_without_a_client_of_its_own_has_the_followed_messages_only_when_it_is_the_founders():
+    garage, dupont = D.by_id(1), D.by_id(2)
+    recap = split_cover_quoted("Et le téléphone ?\n\nLe 2 déc., Atlas <atlas@atelier-moreau.fr> a écrit :\n> fait")
+    mine = resolve("julien@atelier-moreau.fr", recap, D)
+    assert (mine.client_codename, mine.source) == (None, "unknown")
+    r = follow(mine, garage)
+    assert (r.client_codename, r.source) == ("garage-martin", "follows")
+    assert follow(mine, None) == mine  # the followed message had no client either
+    # a client it names itself (a forward in the thread) is never replaced
+    forwarded = resolve("julien@atelier-moreau.fr", split_cover_quoted(FWD), D)
+    assert follow(forwarded, garage) == forwarded and D.by_id(2) is dupont and D.by_id(99) is None
+    # the classify stage inherits only for his own signed mail
+    raw = b"From: Julien <julien@atelier-moreau.fr>\r\nTo: atlas@atelier-moreau.fr\r\n\r\nhi\r\n"
+    founder = frozenset({"julien@atelier-moreau.fr"})
+    assert not_the_founders(raw=raw, sender="julien@atelier-moreau.fr", dkim_pass=True, founder=founder) is None
+    assert not_the_founders(raw=raw, sender="julien@atelier-moreau.fr", dkim_pass=False,
+                            founder=founder) == "not_dkim_verified"
+    assert not_the_founders(raw=raw, sender="x@garage-martin.fr", dkim_pass=True,
+                            founder=founder) == "not_from_the_founder"

@@ -118,7 +118,10 @@ def test_import_writes_the_repository_and_show_client_says_what_the_fleet_uses(d
                                    " JOIN synedre.clients c ON c.id = t.client_id").fetchall())
     dupont_repo = "git@git.atelier-moreau.example:clients/boulangerie-dupont.git"
     assert config == {"boulangerie-dupont": {"preprod_url": "https://preprod.boulangerie-dupont.example",
-                                             "repo": dupont_repo},
+                                             "repo": dupont_repo,
+                                             "deploy_hosts": ["preprod.boulangerie-dupont.example:443"],
+                                             "deploy_env": ["DUPONT_PREPROD_TOKEN"],
+                                             "infra_paths": ["infra/", "Dockerfile"]},
                       "garage-martin": {"preprod_url": "https://preprod.garage.example", "repo": str(local)}}
     shown = run_cli("directory", "show", "garage-martin", env={**env, "COLUMNS": "300"})
     assert shown.returncode == 0, shown.stderr

@@ -1,6 +1,6 @@
 """Least privilege in the database (SPEC §13): the fleet's embedded server admits its own OS
-user as the application role or the superuser (migrations), the agent's coordinates reach
-only the agent role, which reads a few tables and writes nothing."""
+user, on its Unix socket, as the application role or the superuser (migrations); no role logs
+in over loopback TCP, and the read-only agent role of 0008 is gone (issue 25)."""
 from __future__ import annotations
 
 import json
@@ -15,6 +15,7 @@ import pytest
 from synedre import db
 from synedre.config import Settings, get_settings
 from synedre.db.migrate import upgrade
+from tests.services import stack
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.integration,
               pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -48,16 +49,6 @@ def insert_message(url: str) -> int:
     return mid
 
 
-def agent_psql(s: Settings, sql: str, user: str | None = None) -> subprocess.CompletedProcess[str]:
-    """psql as the read-only role: only its coordinates, no password."""
-    url = str(db.agent_url(s))
-    if user:
-        url = url.replace("synedre_agent@", f"{user}@", 1)
-    env = {"PATH": os.environ["PATH"], "HOME": "/nonexistent"}
-    return subprocess.run(["psql", "-X", "-v", "ON_ERROR_STOP=1", "-Atc", sql, url], env=env, capture_output=True,
-                          text=True, timeout=30)
-
-
 def state_of(url: str, mid: int) -> str:
     with psycopg.connect(url) as conn:
         return conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s", (mid,)).fetchone()[0]
@@ -77,50 +68,94 @@ def test_the_fleet_connects_as_the_application_role_and_runs_stage_sql(embedded)
         assert conn.execute("SELECT current_user").fetchone() == ("postgres",)
 
 
-@pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed (scripts/system-deps)")
-def test_the_agent_role_is_refused_the_state_row_and_the_raw_messages(embedded):
+def tcp_login(s: Settings, role: str, password: str | None = None) -> None:
+    """A login over loopback TCP to the embedded server of `s`, as `role`."""
+    _, port = db._embedded_where(s) or pytest.fail("the embedded server is not running")
+    psycopg.connect(host="127.0.0.1", port=port, user=role, dbname=db.EMBEDDED_DB, password=password,
+                    connect_timeout=5).close()
+
+
+def test_the_agent_role_and_its_view_are_gone_after_migrations(embedded):
     s, url = embedded
-    mid = insert_message(url)
-    agent = db.agent_url(s)
-    assert agent is not None and agent.startswith("postgresql://synedre_agent@127.0.0.1:")
-
-    update = agent_psql(s, "UPDATE synedre.email_states SET status = 'actioned'")
-    assert update.returncode != 0 and "permission denied for table email_states" in update.stderr, update
-    raw = agent_psql(s, "SELECT raw FROM synedre.raw_messages")
-    assert raw.returncode != 0 and "permission denied for table raw_messages" in raw.stderr, raw
-    for table in ("audit_log", "launches", "launch_events", "attachments", "clients", "doctrines"):
-        r = agent_psql(s, f"SELECT count(*) FROM synedre.{table}")
-        assert r.returncode != 0 and "permission denied" in r.stderr, (table, r)
-    assert state_of(url, mid) == "spawning"
-    # what its work needs, it reads
-    ok = agent_psql(s, "SELECT count(*) > 0 FROM synedre.agents; SELECT count(*) FROM synedre.lessons;"
-                       " SELECT count(*) FROM synedre.agent_doctrines")
-    assert ok.returncode == 0 and ok.stdout.split() == ["t", "0", "0"], ok
+    with psycopg.connect(db.admin_url(url, s)) as conn:
+        assert conn.execute("SELECT rolname FROM pg_roles WHERE rolname LIKE 'synedre%' ORDER BY 1"
+                            ).fetchall() == [("synedre_app",)]
+        assert conn.execute("SELECT to_regclass('synedre.agent_doctrines')").fetchone() == (None,)
+        assert conn.execute("SELECT version FROM synedre.schema_migrations WHERE version LIKE '0020%'"
+                            ).fetchone() == ("0020_drop_agent_role",)
 
 
-def test_only_global_doctrines_reach_the_agent(embedded):
+def test_no_role_logs_in_over_loopback_tcp_without_a_password(embedded):
     s, url = embedded
-    with psycopg.connect(url, autocommit=True) as conn:
-        client = conn.execute("INSERT INTO synedre.clients (codename, name) VALUES ('dupont', 'D')"
-                              " RETURNING id").fetchone()[0]
-        chantier = conn.execute("INSERT INTO synedre.chantiers (codename, client_id, title)"
-                                " VALUES ('c1', %s, 't') RETURNING id", (client,)).fetchone()[0]
-        conn.execute("INSERT INTO synedre.doctrines (chantier_id, title, body) VALUES (%s, 'theirs', 'x'),"
-                     " (NULL, 'global', 'y')", (chantier,))
-    with psycopg.connect(db.agent_url(s)) as conn:
-        assert conn.execute("SELECT title FROM synedre.agent_doctrines").fetchall() == [("global",)]
+    for role in ("postgres", "synedre_app", "synedre_agent", "made_up_role"):
+        with pytest.raises(psycopg.OperationalError) as refused:  # the server answers, and says no
+            tcp_login(s, role)
+        assert f'pg_hba.conf rejects connection for host "127.0.0.1", user "{role}"' in str(refused.value)
+        with pytest.raises(psycopg.OperationalError, match="pg_hba.conf rejects"):  # nor with one
+            tcp_login(s, role, password="guess")
 
 
-def test_the_agent_coordinates_reach_no_other_role_and_no_password_is_needed_to_be_refused(embedded):
+def test_a_trust_line_in_the_embedded_server_s_hba_is_gone_at_its_next_start(embedded, monkeypatch):
+    """An older release trusted a role on loopback TCP; the rewrite at start takes any such
+    line away from a server already running (a reload, not a restart)."""
     s, url = embedded
-    agent = db.agent_url(s)
-    assert agent is not None and ":" not in agent.split("//", 1)[1].split("@", 1)[0]  # no password in it
-    for role in ("postgres", "synedre_app"):
-        with pytest.raises(psycopg.OperationalError, match="pg_hba.conf rejects"):
-            psycopg.connect(agent.replace("synedre_agent@", f"{role}@", 1), connect_timeout=5)
-    with psycopg.connect(agent) as conn:
-        assert conn.execute("SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user"
-                            ).fetchone() == ("synedre_agent", False)
+    cmds, _ = db._pgserver()
+    pgdata = db.embedded_pgdata(s)
+    user = {"user": db._SYSTEM_USER} if os.geteuid() == 0 else {}
+    hba = pgdata / "pg_hba.conf"
+    hba.write_text("host all all 127.0.0.1/32 trust\n" + hba.read_text())
+    cmds.pg_ctl(["reload"], pgdata=pgdata, timeout=30, **user)
+
+    def tcp_ok() -> bool:
+        try:
+            tcp_login(s, "synedre_app")
+        except psycopg.OperationalError:
+            return False
+        return True
+
+    stack.wait_for(tcp_ok, 10, "the planted trust line to be in force")
+    monkeypatch.setattr(db, "_embedded_url", None)
+    assert db.database_url(s) == url  # the fleet's next start adopts the running server
+    assert "trust" not in hba.read_text()
+    stack.wait_for(lambda: not tcp_ok(), 10, "the rewritten hba to be in force")
+    with psycopg.connect(url) as conn:  # the socket still admits the fleet
+        assert conn.execute("SELECT current_user").fetchone() == ("synedre_app",)
+
+
+def test_the_agent_role_is_dropped_by_the_last_database_of_a_cluster_to_migrate(embedded, tmp_path):
+    """Roles belong to the cluster: a database that ran 0008 keeps the role without login
+    until it runs 0020 as well, and the last one drops it."""
+    s, url = embedded
+    socket_dir, port = db._embedded_where(s) or pytest.fail("the embedded server is not running")
+    before = tmp_path / "before-0020"
+    shutil.copytree(s.migrations_dir, before)
+    for late in before.glob("*.sql"):
+        if late.name >= "0020":
+            late.unlink()
+    admin = db.admin_url(url, s)
+    urls = [f"postgresql://{db.ADMIN_ROLE}@/{name}?host={socket_dir}&port={port}" for name in ("first", "second")]
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for name in ("first", "second"):
+            conn.execute(f"CREATE DATABASE {name}")
+    for each in urls:
+        upgrade(before, each)
+
+    def agent() -> tuple[bool] | None:
+        with psycopg.connect(admin) as conn:
+            return conn.execute("SELECT rolcanlogin FROM pg_roles WHERE rolname = 'synedre_agent'").fetchone()
+
+    assert agent() == (True,)
+    assert "0020_drop_agent_role" in upgrade(s.migrations_dir, urls[0])
+    assert agent() == (False,)  # kept for the second database, without login
+    with psycopg.connect(urls[0]) as conn:
+        assert conn.execute("SELECT count(*) FROM information_schema.role_table_grants"
+                            " WHERE grantee = 'synedre_agent'").fetchone() == (0,)
+        assert conn.execute("SELECT to_regclass('synedre.agent_doctrines')").fetchone() == (None,)
+    with psycopg.connect(urls[1]) as conn:
+        assert conn.execute("SELECT count(*) > 0 FROM information_schema.role_table_grants"
+                            " WHERE grantee = 'synedre_agent'").fetchone() == (True,)
+    assert "0020_drop_agent_role" in upgrade(s.migrations_dir, urls[1])
+    assert agent() is None
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another OS user")
@@ -133,16 +168,15 @@ def test_another_os_user_on_the_socket_is_refused_even_as_the_application_role(e
     assert r.returncode != 0 and "Peer authentication failed" in r.stderr, r
 
 
-def test_an_external_database_has_no_agent_url_and_a_launch_gets_no_database_coordinates(tmp_path):
+def test_a_launch_gets_no_database_coordinates(tmp_path):
     from synedre.spawn.agent import env as agent_env
 
     s = Settings(state_dir=tmp_path, database_url="postgresql://app:S3cret@db.example/synedre")
-    assert db.agent_url(s) is None
     env = agent_env(s, "launch:1", tmp_path)
     assert not {k for k in env if k.startswith("PG")} and "S3cret" not in json.dumps(env)
 
 
-def test_proofs_are_written_once_by_the_application_role_and_unread_by_the_agent(embedded):
+def test_proofs_are_written_once_by_the_application_role_and_never_updated(embedded):
     import hashlib
 
     s, url = embedded
@@ -155,6 +189,3 @@ def test_proofs_are_written_once_by_the_application_role_and_unread_by_the_agent
         assert conn.execute("SELECT count(*) FROM synedre.proofs").fetchone() == (1,)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("UPDATE synedre.proofs SET kind = 'diff'")
-    if shutil.which("psql"):
-        r = agent_psql(s, "SELECT count(*) FROM synedre.proofs")
-        assert r.returncode != 0 and "permission denied for table proofs" in r.stderr, r

@@ -42,9 +42,8 @@ import psycopg
 
 from synedre.config import Settings
 from synedre.pipeline import TERMINAL, WORKER_GROUPS, LaunchStatus, Status
-from synedre.spawn.locks import LOCK_TTL_S, SLOTS_KEY, LaunchSemaphore
+from synedre.spawn.locks import SLOTS_KEY, LaunchSemaphore
 from synedre.stages.recap import DRAFT_SYSTEM
-from synedre.sweep import SWEEP_EVERY_S
 from tests.services import stack
 from tests.services.claude_api import ClaudeAPI, ScriptedModel, Sleep, bash, start_claude_api, text
 from tests.services.llm_server import HTTPError, LLMServer, start_llm_server
@@ -63,6 +62,11 @@ ONCE_EVENTS = ("poll_inserted", "classified", "materialized", "materialize_skipp
 INTENTS = ("question", "run", "noise", "conseil")
 # How long past the target a scenario keeps waiting, so a miss is measured, not guessed.
 OVERTIME_S = 40.0
+# The fleet's sweep period and, with launches on, its launch locks' lifetime, shortened from
+# their defaults (15 s, 60 s) so that a scenario takes a fraction of the time; every bound
+# below derives from them.
+SWEEP_EVERY_S = 5.0
+LOCK_TTL_S = 30.0
 # The recap's draft reply goes through the same LLM after a launch: its fixed opening.
 DRAFT_MARK = DRAFT_SYSTEM.split("{", 1)[0]
 
@@ -446,7 +450,7 @@ def fleet_env(workdir: Path, tag: str, redis_url: str, dovecot: Any, clamd: str,
         "SYNEDRE_SPAWN_DISABLED": "1", "SYNEDRE_CLAMD": clamd,
         "SYNEDRE_MISTRAL_API_KEY": "test-key-not-secret", "SYNEDRE_MISTRAL_SERVER_URL": llm_url,
         "SYNEDRE_DKIM_KEYS_FILE": str(stack.CORPUS / "dkim-keys.json"), "SYNEDRE_LOG_LEVEL": "INFO",
-        "SYNEDRE_LOG_FORMAT": "console", "FAULTS_RUN": tag,
+        "SYNEDRE_LOG_FORMAT": "console", "FAULTS_RUN": tag, "SYNEDRE_SWEEP_EVERY_S": str(SWEEP_EVERY_S),
         # no approval rule: the faults are about launches, not about the founder's OK
         "SYNEDRE_APPROVAL_POLICY_FILE": str(stack.ROOT / "tests" / "approval-policy.off.toml"),
     })
@@ -468,7 +472,7 @@ def launch_env(env: dict[str, str], workdir: Path, dovecot: Any, api_url: str, s
     out.update({
         "SYNEDRE_MAILBOXES_FILE": str(box), "SYNEDRE_CLAUDE_BIN": claude,
         "SYNEDRE_ANTHROPIC_BASE_URL": api_url, "SYNEDRE_ANTHROPIC_API_KEY": "sk-ant-faults-not-a-secret",
-        "SYNEDRE_SPAWN_SLOT_RETRY_S": str(SLOT_RETRY_S),
+        "SYNEDRE_SPAWN_SLOT_RETRY_S": str(SLOT_RETRY_S), "SYNEDRE_SPAWN_LOCK_TTL_S": str(LOCK_TTL_S),
         "SYNEDRE_IDLE_TIMEOUT_S": "60", "SYNEDRE_LAUNCH_BUDGET_S": "120",
     })
     return out
@@ -796,7 +800,7 @@ AGENT_WORK_S = 2 * LOCK_TTL_S / 3
 AGENT_TURNS = 8
 # Redis stays down this long in the launch scenarios: back well before that second renewal,
 # which then finds the locks and slots gone.
-LAUNCH_REDIS_OUTAGE_S = 5.0
+LAUNCH_REDIS_OUTAGE_S = 3.0
 # SYNEDRE_SPAWN_SLOT_RETRY_S: a launch that found every slot taken comes back this soon (the
 # default, 30 s, would stretch a handful of queued launches over minutes).
 SLOT_RETRY_S = 2

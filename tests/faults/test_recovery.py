@@ -1,8 +1,9 @@
 """Recovery from the faults of SPEC §12b through the real fleet (`python -m synedre.cli
 fleet`: beat, every worker group, the IDLE watcher, the embedded PostgreSQL it owns).
 
-Each test drains `harness.N_MESSAGES` (200: a few hundred would not stay bounded on two
-shared cores) unique messages appended by IMAP to a throwaway Dovecot, scanned by a real
+Each test drains MESSAGES (60: enough that the fault lands mid-drain with messages waiting on
+the LLM, few enough to keep the suite short; bench/recovery.py drains `harness.N_MESSAGES`,
+200, and prints the timings) unique messages appended by IMAP to a throwaway Dovecot, scanned by a real
 clamd and classified by a scripted Mistral API answering in `harness.LLM_DELAY_S` (0.3 s),
 injects its fault mid-drain (while messages wait on the LLM), and then counts from
 PostgreSQL: every message terminal (or `materialized`: launches are disabled) within
@@ -19,6 +20,8 @@ import os
 import pytest
 
 from tests.faults import harness
+
+MESSAGES = 60
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -48,16 +51,16 @@ def assert_recovered(out: harness.Outcome) -> None:
 
 
 def test_redis_killed_mid_drain_and_restarted_empty_loses_and_duplicates_nothing(fault_stack):
-    """Redis SIGKILLed mid-drain, started again empty `harness.REDIS_OUTAGE_S` later; 40 of
+    """Redis SIGKILLed mid-drain, started again empty `harness.REDIS_OUTAGE_S` later; 15 of
     the messages reach the mailbox during the outage (the epoch-lost sweep polls for them)."""
-    assert_recovered(harness.redis_restart_empty(fault_stack))
+    assert_recovered(harness.redis_restart_empty(fault_stack, n=MESSAGES, late=15))
 
 
 def test_embedded_postgres_killed_mid_drain_is_restarted_by_the_fleet_and_nothing_is_lost(fault_stack):
     """The postmaster of the fleet's own embedded PostgreSQL SIGKILLed mid-drain (the fleet
     runs without SYNEDRE_DATABASE_URL); the fleet's watchdog must start it again."""
     assert "SYNEDRE_DATABASE_URL" not in fault_stack.env
-    out = harness.postgres_kill(fault_stack)
+    out = harness.postgres_kill(fault_stack, n=MESSAGES)
     assert "embedded_database_restarted" in fault_stack.fleet.output()
     assert_recovered(out)
 
@@ -66,5 +69,5 @@ def test_five_random_worker_kills_during_a_drain_lose_and_duplicate_nothing(faul
     """Five SIGKILLs 3 s apart, each of a worker process (main or pool child) of the
     ingest, read or classify group drawn at random (FAULTS_SEED picks the draw); half the
     messages arrive during the kills. Counted from the last kill."""
-    out = harness.worker_kills(fault_stack, seed=int(os.environ.get("FAULTS_SEED", "4")))
+    out = harness.worker_kills(fault_stack, n=MESSAGES, seed=int(os.environ.get("FAULTS_SEED", "4")))
     assert_recovered(out)

@@ -60,6 +60,7 @@ class Harness:
         self.polls: list[float] = []
         self.stop = threading.Event()
         self.error: BaseException | None = None
+        self.settings = Settings()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def connect(self, mailbox: Mailbox, settings: Settings) -> FakeClient:
@@ -71,7 +72,7 @@ class Harness:
     def _run(self) -> None:
         try:
             idle.watch(BOX, lambda _box: self.polls.append(time.monotonic()), self.stop,
-                       Settings(), connect=self.connect)
+                       self.settings, connect=self.connect)
         except BaseException as exc:
             self.error = exc
 
@@ -171,14 +172,67 @@ def test_loss_of_a_long_lived_connection_reconnects_at_once(monkeypatch):
     assert h.connects[1] - h.connects[0] < 0.6  # 0.4 s connected, no backoff after it
 
 
-def test_a_refused_login_fails_once_and_loudly():
+def test_a_refused_login_is_tried_again_after_a_doubling_bounded_backoff():
+    """The measured defect: a refused login ended the watcher, and the fleet restarted it
+    every 1-2 s. Now the watcher stays up and waits SYNEDRE_MAILBOX_BACKOFF_S, doubled each
+    time, never more than SYNEDRE_MAILBOX_BACKOFF_MAX_S."""
     def refuse(n: int) -> FakeClient:
         raise LoginError("b'[AUTHENTICATIONFAILED] Authentication failed.'")
 
     h = Harness(refuse)
+    h.settings = Settings(_env_file=None, mailbox_backoff_s=0.1, mailbox_backoff_max_s=0.4)
+    h.run_for(1.6)
+    gaps = [round(b - a, 2) for a, b in zip(h.connects, h.connects[1:], strict=False)]
+    # 0.1, 0.2, 0.4, then the cap: 0.4 (a slow machine only stretches them)
+    assert 4 <= len(h.connects) <= 6, gaps
+    assert gaps[0] >= 0.1 and gaps[1] >= 0.2 and gaps[2] >= 0.4, gaps
+    assert all(g < 0.4 + 0.2 for g in gaps[2:]), gaps  # capped
+    assert h.error is None and not h.polls
+
+
+def test_a_login_after_refusals_starts_the_backoff_over(monkeypatch):
+    monkeypatch.setattr(idle, "IDLE_CHECK_S", 0.05)
+
+    def make(n: int) -> FakeClient:
+        if n in (1, 2, 4):
+            raise LoginError("b'[AUTHENTICATIONFAILED] Authentication failed.'")
+        return FakeClient("eof") if n == 3 else FakeClient()
+
+    h = Harness(make)
+    h.settings = Settings(_env_file=None, mailbox_backoff_s=0.2, mailbox_backoff_max_s=5)
+    h.run_for(2.0)
+    gaps = [b - a for a, b in zip(h.connects, h.connects[1:], strict=False)]
+    assert len(h.connects) == 5, gaps
+    assert gaps[0] >= 0.2 and gaps[1] >= 0.4  # refused twice: 0.2 then 0.4
+    assert gaps[3] < 0.4  # refused once after a login: back to the first delay, 0.2
+    assert h.error is None
+
+
+def test_the_refusal_delay_doubles_and_stays_under_its_cap():
+    s = Settings(_env_file=None, mailbox_backoff_s=5, mailbox_backoff_max_s=300)
+    assert [idle.refusal_delay(n, s) for n in range(1, 9)] == [5, 10, 20, 40, 80, 160, 300, 300]
+    assert idle.is_refused(LoginError("b'[AUTHENTICATIONFAILED] Authentication failed.'"))
+    assert not idle.is_refused(LoginError("b'[UNAVAILABLE] Temporary authentication failure.'"))
+    assert not idle.is_refused(ConnectionRefusedError())
+
+
+def test_stop_during_the_refusal_backoff_ends_the_watcher_at_once():
+    def refuse(n: int) -> FakeClient:
+        raise LoginError("b'[AUTHENTICATIONFAILED] Authentication failed.'")
+
+    h = Harness(refuse)
+    h.settings = Settings(_env_file=None, mailbox_backoff_s=30, mailbox_backoff_max_s=60)
+    ended_in = h.run_for(0.5)
+    assert len(h.connects) == 1 and ended_in < 0.5 and h.error is None
+
+
+def test_a_server_without_idle_still_ends_the_watcher():
+    def no_idle(n: int) -> FakeClient:
+        raise CapabilityError("127.0.0.1 does not support IDLE")
+
+    h = Harness(no_idle)
     h.run_for(0.5)
-    assert len(h.connects) == 1
-    assert isinstance(h.error, LoginError)
+    assert len(h.connects) == 1 and isinstance(h.error, CapabilityError)
 
 
 def test_stop_during_the_backoff_ends_the_watcher_at_once():

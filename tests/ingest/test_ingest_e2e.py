@@ -9,13 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psycopg
 import pytest
 import test.test_email
 from imapclient import SEEN
 
 from tests.conftest import CORPUS
 from tests.services import stack
+from tests.services.stack import q
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -48,11 +48,6 @@ def mailbox_flags(dovecot) -> dict[int, tuple]:
     with dovecot.client() as c:
         c.select_folder("INBOX", readonly=True)
         return {uid: d[b"FLAGS"] for uid, d in c.fetch(c.search("ALL"), ["FLAGS"]).items()}
-
-
-def q(url: str, sql: str, *args):
-    with psycopg.connect(url) as conn:
-        return conn.execute(sql, args).fetchall()
 
 
 def send_poll(env) -> None:

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
 from hypothesis import given, settings, strategies as st
 
 from synedre.config import Settings
@@ -21,6 +20,7 @@ from synedre.ingest import mime
 from synedre.pipeline import Status
 from synedre.stages.poll import build, ingest_one
 from tests.conftest import CORPUS
+from tests.services.stack import q
 
 # One delivery of any kind below is stored within this, even on a loaded 2-core machine
 # (the 10 MB body takes about 1 s there, the 2,000 parts about 2 s).
@@ -131,11 +131,6 @@ KINDS: dict[str, Kind] = {
 def message_id_of(kind: str, n: int, raw: bytes) -> str:
     """The Message-ID the message is stored under: its own, or the synthetic one."""
     return mime.synthetic_message_id(raw) if kind in ("binary_garbage", "missing_headers") else _mid(kind, n)
-
-
-def q(url, sql, *args):
-    with psycopg.connect(url) as conn:
-        return conn.execute(sql, args).fetchall()
 
 
 @dataclass

@@ -18,6 +18,7 @@ from tests.services import stack
 from tests.services.claude_api import PerLaunch, ScriptedModel, bash, start_claude_api, text
 from tests.services.site import page, start_site
 from tests.services.smtp import start_smtp
+from tests.services.stack import q
 from tests.spawn.test_launch_e2e import SECRETS, make_launchable
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.integration,
@@ -28,11 +29,6 @@ BROKEN = page("Contact", "<form><label>Email <input name='email'></label></form>
                          "<script>throw new Error('contact form broken')</script>")
 FIXED = page("Contact", "<form><label>Email <input name='email'></label><button>Envoyer</button></form>")
 DRAFT = "Bonjour Madame, la page contact est corrigée. Bien à vous, Julien"
-
-
-def q(url, sql, *args):
-    with psycopg.connect(url) as conn:
-        return conn.execute(sql, args).fetchall()
 
 
 def write_page(content: str, message: str) -> dict:
@@ -73,7 +69,7 @@ def loop(services, tmp_path, monkeypatch):
         cid = c.execute("INSERT INTO synedre.clients (codename, name, deploy_target) VALUES ('acme', 'Acme', 'acme')"
                         " RETURNING id").fetchone()[0]
         c.execute("INSERT INTO synedre.tenant_topology (client_id, deploy_target, config) VALUES (%s, 'acme', %s)",
-                  (cid, Jsonb({"preprod_url": site.url})))
+                  (cid, Jsonb(site.topology())))
     procs = []
 
     def start(model):

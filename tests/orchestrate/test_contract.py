@@ -32,7 +32,7 @@ def test_a_lean_contract_ignores_the_rich_fields():
     res = read_contract(json.dumps(RICH), "lean")
     assert res.valid and type(res.contract) is LeanContract
     assert res.contract.model_dump() == {"ok": True, "tenant": "garage-martin", "commits": ["3f2a1b9"],
-                                         "summary_md": RICH["summary_md"]}
+                                         "summary_md": RICH["summary_md"], "lessons_applied": []}
 
 
 def test_a_missing_file_gives_no_contract_and_says_so(tmp_path):

@@ -58,7 +58,7 @@ def hosts(services, tmp_path):
         cid = c.execute("INSERT INTO synedre.clients (codename, name, deploy_target) VALUES ('acme', 'Acme', 'acme')"
                         " RETURNING id").fetchone()[0]
         c.execute("INSERT INTO synedre.tenant_topology (client_id, deploy_target, config) VALUES (%s, 'acme', %s)",
-                  (cid, Jsonb({"preprod_url": site.url})))
+                  (cid, Jsonb(site.topology())))
         c.execute("INSERT INTO synedre.chantiers (codename, client_id, title) VALUES ('refonte', %s, 'Refonte')",
                   (cid,))
     procs: list = []
@@ -126,6 +126,8 @@ def test_the_recap_host_mails_every_proof_qa_took_on_another_host_against_a_mock
     images = {p.get_payload(decode=True) for p in mail.message.walk() if p.get_content_maintype() == "image"}
     assert images == set(produced.values())
     (detail,), = q(url, "SELECT detail FROM synedre.audit_log WHERE message_id = %s AND event = 'recap_sent'", mid)
-    assert detail["skipped"] == [] and detail["attachments"] == 3
+    # the three images, and the launch's patch (the recap shows what changed: issue 28)
+    patches = [p.get_filename() for p in mail.message.walk() if (p.get_filename() or "").endswith(".patch")]
+    assert detail["skipped"] == [] and detail["attachments"] == 4 and len(patches) == 1
     cached = {p.read_bytes() for p in (state["recap"] / "proofs").rglob("*.png")}
     assert cached == set(produced.values())

@@ -13,8 +13,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from synedre.orchestrate import iso, qa
-from synedre.orchestrate.deploy import run_deploy
-from synedre.orchestrate.qa import ROUTE_NOT_IN_SITEMAP, Browser, SitemapError, check_route, resolve_routes, run_qa
+from synedre.orchestrate.qa import ROUTE_NOT_IN_SITEMAP, Browser, SitemapError, check_route, resolve_routes
 from synedre.redact import Redactor
 from tests.services.site import page, serve_directory, start_site
 
@@ -135,7 +134,7 @@ def site(tmp_path):
 def publish(site, files: dict[str, str] | None = None) -> None:
     if files:
         site.commit(files)
-    result = run_deploy(site.repo, site.target, timeout_s=20, redact=str)
+    result = site.deploy(site.repo.parent / "state")
     assert result.ok, result.log_tail
 
 
@@ -198,37 +197,33 @@ def test_fetch_sitemap_reads_the_deployed_one_and_follows_an_index(site, tmp_pat
 
 @pytest.mark.integration
 @pytest.mark.timeout(30)
-def test_route_not_in_sitemap_is_reported_without_a_browser_run(site, tmp_path, monkeypatch):
-    publish(site)
-    monkeypatch.setattr(qa, "Browser", no_browser)
+def test_landing_follows_the_site_s_redirects_and_stays_on_its_site(tmp_path):
+    served = tmp_path / "served"
+    (served / "contacts").mkdir(parents=True)
+    (served / "contacts" / "index.html").write_text("<p>contact</p>")
+    server = serve_directory(served)  # http.server redirects a directory without its slash
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert qa.landing(base, "/contacts", timeout_s=5) == "/contacts"  # "/contacts/" is the same path
+        assert qa.landing(base, "/nowhere", timeout_s=5) == "/nowhere"  # a 404 lands where it is
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert qa.landing(f"http://127.0.0.1:{closed_port()}", "/x", timeout_s=5) == "/x"  # no answer
 
-    report = run_qa(site.url, ["/pricing"], tmp_path / "shots", timeout_s=5)
 
-    assert report.results == () and report.reasons == {ROUTE_NOT_IN_SITEMAP} and not report.ok
-    assert not (tmp_path / "shots").exists()
+@unit
+def test_routes_resolving_to_one_page_are_one_check_naming_each_route():
+    resolutions = resolve_routes(["/contacts", "/pricing", "/contact", "/about", "/tarifs"], SITEMAP)
+    redirects = {"/about-us": "/contact"}  # the site sends /about-us to /contact
 
+    checks = qa.plan_checks(resolutions, lambda p: redirects.get(p, p))
 
-@pytest.mark.integration
-@pytest.mark.timeout(60)
-def test_resolved_routes_are_checked_in_one_browser_and_the_absent_one_is_not(site, tmp_path, monkeypatch):
-    publish(site)
-    checked: list[str] = []
-    real = qa.check_route
-
-    def spy(base_url, path, *args, **kwargs):
-        checked.append(path)
-        return real(base_url, path, *args, **kwargs)
-
-    monkeypatch.setattr(qa, "check_route", spy)
-
-    report = run_qa(site.url, ["/contacts", "/pricing", "/contact"], tmp_path / "shots", timeout_s=20)
-
-    assert checked == ["/contact"]
-    assert [(r.declared, r.resolved, r.reason) for r in report.resolutions] == [
-        ("/contacts", "/contact", "closest"), ("/pricing", None, ROUTE_NOT_IN_SITEMAP),
-        ("/contact", "/contact", "exact")]
-    assert report.results[0].ok and report.results[0].screenshot == tmp_path / "shots" / "00-contact.png"
-    assert report.reasons == {ROUTE_NOT_IN_SITEMAP}
+    assert [(c.page, [r.declared for r in c.routes]) for c in checks] == [
+        ("/contact", ["/contacts", "/contact", "/about"]), (None, ["/pricing"]), ("/fr/tarifs", ["/tarifs"])]
+    assert [(c.page, [r.declared for r in c.routes]) for c in qa.plan_checks(resolutions)] == [
+        ("/contact", ["/contacts", "/contact"]), (None, ["/pricing"]), ("/about-us", ["/about"]),
+        ("/fr/tarifs", ["/tarifs"])]
 
 
 def chromium_children() -> list[psutil.Process]:

@@ -65,12 +65,12 @@ def env(db, dovecot, tmp_path, monkeypatch):
     sink.stop()
 
 
-def client(url: str, preprod: str) -> None:
+def client(url: str, preprod: str, hosts: list[str] | None = None) -> None:
     with psycopg.connect(url, autocommit=True) as c:
         cid = c.execute("INSERT INTO synedre.clients (codename, name, deploy_target) VALUES ('acme', 'Acme', 'acme')"
                         " RETURNING id").fetchone()[0]
         c.execute("INSERT INTO synedre.tenant_topology (client_id, deploy_target, config) VALUES (%s, 'acme', %s)",
-                  (cid, Jsonb({"preprod_url": preprod})))
+                  (cid, Jsonb({"preprod_url": preprod, "deploy_hosts": hosts or []})))
         c.execute("INSERT INTO synedre.chantiers (codename, client_id, title) VALUES ('refonte', %s, 'Refonte')",
                   (cid,))
 
@@ -194,7 +194,7 @@ def test_a_three_route_recap_names_the_page_checked_and_shows_its_screenshots_in
         site.commit({"site/nos-services.html": page("Nos services", "<p>Sites, refontes, maintenance.</p>")},
                     "services page")
         subprocess.run(["./deploy", "acme", "--preprod"], cwd=site.repo, check=True, capture_output=True, timeout=60)
-        client(env["url"], site.url)
+        client(env["url"], site.url, [site.host])
         mockup = env["tmp"] / "contact-mockup.png"
         Image.new("RGB", (1280, 800), "#ffffff").save(mockup)
         register_mockup(env, "/contact", mockup)
@@ -332,6 +332,9 @@ def test_a_failed_deploy_alert_gives_its_exit_code_and_the_tail_of_its_log(env):
     repo.mkdir()
     (repo / "deploy").write_text(DEPLOY_FAILS)
     (repo / "deploy").chmod(0o755)
+    for args in (["init", "-q", "-b", get_settings().workspace_base_branch], ["add", "deploy"],
+                 ["-c", "user.name=T", "-c", "user.email=t@x", "commit", "-qm", "deploy"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, timeout=30)
     env["monkeypatch"].setenv("SYNEDRE_WORKSPACE_REPO", str(repo))
     get_settings.cache_clear()
     client(env["url"], "http://127.0.0.1:9")

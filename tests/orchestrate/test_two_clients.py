@@ -22,6 +22,7 @@ from tests.services import stack
 from tests.services.claude_api import PerLaunch, ScriptedModel, assistant_turns, start_claude_api, text
 from tests.services.site import page, start_site
 from tests.services.smtp import start_smtp
+from tests.services.stack import git, q
 from tests.spawn.test_launch_e2e import SECRETS, make_launchable
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.integration,
@@ -29,16 +30,6 @@ pytestmark = [pytest.mark.timeout(240), pytest.mark.integration,
               pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian's chromium is missing")]
 
 CLIENTS = {"alpha-co": "alpha", "beta-co": "beta"}  # codename -> deploy target
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                          timeout=30).stdout.strip()
-
-
-def q(url, sql, *args):
-    with psycopg.connect(url) as conn:
-        return conn.execute(sql, args).fetchall()
 
 
 class Together(PerLaunch):
@@ -87,7 +78,7 @@ def two(services, tmp_path, monkeypatch):
     subprocess.run(["git", "clone", "-q", "--bare", str(beta.repo), str(remote)], check=True, timeout=30)
     mono = tmp_path / "mono"  # the fleet's default repository: neither client's launch may touch it
     subprocess.run(["git", "init", "-q", "-b", "main", str(mono)], check=True, timeout=30)
-    git(mono, "-c", "user.name=T", "-c", "user.email=t@x", "commit", "-q", "--allow-empty", "-m", "monorepo")
+    git(mono, "commit", "-q", "--allow-empty", "-m", "monorepo")
     smtp = start_smtp()
     box = tmp_path / "mailboxes.toml"
     dv = services["dovecot"]
@@ -103,9 +94,9 @@ def two(services, tmp_path, monkeypatch):
     directory = json.loads((CORPUS / "directory.json").read_text())
     directory["clients"] += [
         {"codename": "alpha-co", "name": "Alpha", "deploy_target": "alpha", "preprod_url": alpha.url,
-         "repo": str(alpha.repo), "persons": [{"email": "contact@alpha.example"}]},
+         "deploy_hosts": [alpha.host], "repo": str(alpha.repo), "persons": [{"email": "contact@alpha.example"}]},
         {"codename": "beta-co", "name": "Beta", "deploy_target": "beta", "preprod_url": beta.url,
-         "repo": f"file://{remote}", "persons": [{"email": "contact@beta.example"}]}]
+         "deploy_hosts": [beta.host], "repo": f"file://{remote}", "persons": [{"email": "contact@beta.example"}]}]
     path = tmp_path / "directory.json"
     path.write_text(json.dumps(directory))
     imported = subprocess.run([sys.executable, "-m", "synedre.cli", "directory", "import", str(path)], env=env,
@@ -214,10 +205,10 @@ def test_a_contract_naming_another_clients_tenant_never_deploys_that_clients_rep
         repos[client] = repo = tmp_path / client
         repo.mkdir()
         git(repo, "init", "-q", "-b", "main")
-        (repo / "deploy").write_text(f"#!/bin/sh\ntouch {tmp_path}/deployed-{client}\n")
+        (repo / "deploy").write_text(f"#!/bin/sh\necho deployed-{client}\n")
         (repo / "deploy").chmod(0o755)
         git(repo, "add", "deploy")
-        git(repo, "-c", "user.name=T", "-c", "user.email=t@x", "commit", "-qm", "deploy")
+        git(repo, "commit", "-qm", "deploy")
     directory = json.loads((CORPUS / "directory.json").read_text())
     directory["clients"] += [{"codename": c, "name": c, "deploy_target": t, "preprod_url": f"http://{t}.test",
                               "repo": str(repos[c])} for c, t in CLIENTS.items()]
@@ -236,7 +227,8 @@ def test_a_contract_naming_another_clients_tenant_never_deploys_that_clients_rep
         launched[tenant] = deploy.run(mid, Settings(state_dir=tmp_path / "state", workspace_base_branch="main"))
     assert launched["beta-co"].status == Status.ORCHESTRATION_FAILED
     assert launched["alpha-co"].status == Status.DEPLOYED
-    assert (tmp_path / "deployed-alpha-co").exists() and not (tmp_path / "deployed-beta-co").exists()
+    logs = [log for log, in q(db, "SELECT deploy_log FROM synedre.qa_runs")]
+    assert logs == ["deployed-alpha-co"], logs  # beta's ./deploy never ran
     trail = q(db, "SELECT detail FROM synedre.audit_log WHERE event = 'tenant_repository_mismatch'")
     assert [(d["tenant"], d["launch_repo"], d["tenant_repo"]) for d, in trail] == [
         ("beta-co", str(repos["alpha-co"]), str(repos["beta-co"]))]

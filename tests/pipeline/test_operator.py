@@ -10,15 +10,11 @@ import pytest
 from tests.conftest import CORPUS
 from tests.services import stack
 from tests.services.clamd import start_clamd
+from tests.services.stack import q
 
 pytestmark = pytest.mark.timeout(300)
 WITH_ATTACHMENT = "P07-founder-screenshot-false-noise.eml"  # a screenshot, founder, DKIM-signed
 PLAIN = next(p.name for p in (CORPUS / "cases").glob("P01-*.eml"))
-
-
-def q(url, sql, *args):
-    with psycopg.connect(url) as conn:
-        return conn.execute(sql, args).fetchall()
 
 
 def cli(env, *args, check=True):

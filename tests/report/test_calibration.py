@@ -1,4 +1,4 @@
-"""Calibration report: per-intent statistics, failures and the Phase 3 gate (SPEC §12, §14)."""
+"""Calibration report: per-intent statistics, failures and the autonomy gate (SPEC §12, §14)."""
 from __future__ import annotations
 
 import statistics
@@ -57,8 +57,9 @@ class Inbox:
 
     def classified(self, intent: str, confidence: float, *, complexity: str = "leger",
                    work: str | None = "open", age: timedelta = RECENT,
-                   audited_intent: str | None = None) -> int:
-        """A classified message; `work` is the status of its linked work, None for no link."""
+                   audited_intent: str | None = None, launch: str | None = "succeeded") -> int:
+        """A classified message; `work` is the status of its linked work, None for no link;
+        linked work was launched once, ending `launch` (None: no launch row)."""
         mid, received = self._raw(age)
         link = None
         if work is not None and intent in WORK_TABLE:
@@ -93,6 +94,8 @@ class Inbox:
             self.audit(mid, "classification_uncertain", at, confidence=confidence)
         self.audit(mid, "classified", at, intent=audited_intent or intent,
                    complexity=state_complexity, confidence=confidence)
+        if link is not None and launch is not None:
+            _launch(self.conn, mid, 1, launch)
         return mid
 
     def unclassified(self, status: str = "scanned", age: timedelta = RECENT) -> int:
@@ -109,11 +112,12 @@ class Inbox:
         return mid
 
     def run_plan(self, items: int, successes: int, age: timedelta = RECENT) -> None:
-        """`items` run+plan messages of which `successes` have a live run; the others
-        alternate between a cancelled run and no run at all."""
+        """`items` run+plan messages launched, of which `successes` have a live run; the
+        others alternate between a cancelled run and a failed launch."""
         for i in range(items):
-            work = "open" if i < successes else ("cancelled" if i % 2 else None)
-            self.classified("run", 0.85, complexity="plan", work=work, age=age)
+            work = "open" if i < successes or i % 2 == 0 else "cancelled"
+            launch = "succeeded" if i < successes or i % 2 else "failed"
+            self.classified("run", 0.85, complexity="plan", work=work, age=age, launch=launch)
 
 
 @pytest.fixture
@@ -144,10 +148,10 @@ def test_per_intent_counts_confidence_success_proxy_and_uncertainty(inbox):
     assert [s.intent for s in data.intents] == ["run", "question", "negociation", "conseil",
                                                 "noise"]
     run = stats["run"]
-    assert (run.count, run.successes, run.uncertain) == (3, 1, 1)
+    assert (run.count, run.launched, run.successes, run.uncertain) == (3, 2, 1, 1)
     assert run.mean_confidence == pytest.approx(statistics.mean([0.9, 0.7, 0.5]), abs=1e-9)
     assert run.std_confidence == pytest.approx(statistics.pstdev([0.9, 0.7, 0.5]), abs=1e-9)
-    assert run.success_rate == pytest.approx(1 / 3)
+    assert run.success_rate == pytest.approx(1 / 2)  # of the launched: the one not materialized is not
     assert run.uncertainty_rate == pytest.approx(1 / 3)
 
     question = stats["question"]
@@ -224,7 +228,7 @@ def test_failures_are_counted_per_event_within_the_window(inbox):
     (29, 29, False),  # too few items
     (30, 28, True),   # 0.933 on exactly the minimum
 ])
-def test_phase3_gate_needs_enough_run_plan_items_and_a_success_rate_above_the_floor(
+def test_the_autonomy_gate_needs_enough_run_plan_items_and_a_success_rate_above_the_floor(
         inbox, items, successes, is_open):
     inbox.run_plan(items, successes)
 
@@ -235,7 +239,7 @@ def test_phase3_gate_needs_enough_run_plan_items_and_a_success_rate_above_the_fl
 
 
 @pytest.mark.timeout(60)
-def test_phase3_gate_ignores_run_leger_other_intents_and_old_messages(inbox):
+def test_the_autonomy_gate_ignores_run_leger_other_intents_and_old_messages(inbox):
     inbox.run_plan(29, 29)
     for _ in range(5):
         inbox.classified("run", 0.9, complexity="leger", work="open")
@@ -261,6 +265,7 @@ def test_render_shows_the_table_failures_and_the_gate_with_the_collected_numbers
     assert text.startswith("# Classification calibration — last 30 days "
                            "(2025-05-31 12:00 UTC → 2025-06-30 12:00 UTC)")
     assert "| run | 31 | 0.850 | 0.000 | 93.5% (29/31) | 0.0% (0/31) |" in text
+    assert "success (of launched)" in text and "Phase 3" not in text
     assert "| noise | 2 | 0.500 | 0.100 | n/a | 100.0% (2/2) |" in text
     assert "| conseil | 0 | — | — | — | — |" in text
     rows = [line.split("|")[1].strip() for line in text.splitlines()
@@ -269,8 +274,8 @@ def test_render_shows_the_table_failures_and_the_gate_with_the_collected_numbers
     assert "Total: 1" in text
     assert "- `classify_blocked_unsafe_attachments`: 1" in text
     assert "- `classify_failed`: 0" in text
-    assert ("**Phase 3 gate: open** — run + plan: 29/31 not cancelled (93.5%); "
-            f"requires ≥ {GATE_MIN_ITEMS} items and > {GATE_MIN_SUCCESS:.1%} success.") in text
+    assert ("**Autonomy gate: open** — run + plan: 29/31 launched succeeded (93.5%); "
+            f"requires ≥ {GATE_MIN_ITEMS} launched and > {GATE_MIN_SUCCESS:.1%} success.") in text
 
 
 def _data(gate: Gate) -> CalibrationData:
@@ -283,11 +288,11 @@ def _data(gate: Gate) -> CalibrationData:
 
 @pytest.mark.timeout(60)
 def test_render_explains_why_the_gate_is_closed():
-    assert "Too few items (29 < 30)." in render(_data(Gate(items=29, successes=29)))
+    assert "Too few launched (29 < 30)." in render(_data(Gate(items=29, successes=29)))
     closed = render(_data(Gate(items=30, successes=27)))
-    assert "**Phase 3 gate: closed** — run + plan: 27/30 not cancelled (90.0%)" in closed
+    assert "**Autonomy gate: closed** — run + plan: 27/30 launched succeeded (90.0%)" in closed
     assert "Success rate not above 90.0%." in closed
-    assert "no items" in render(_data(Gate(items=0, successes=0)))
+    assert "none launched" in render(_data(Gate(items=0, successes=0)))
 
 
 @pytest.mark.timeout(60)
@@ -297,9 +302,9 @@ def test_gate_and_its_text_follow_the_constants(monkeypatch):
 
     text = render(_data(Gate(items=31, successes=30)))
 
-    assert "**Phase 3 gate: closed**" in text
-    assert "requires ≥ 40 items and > 95.0% success." in text
-    assert "Too few items (31 < 40)." in text
+    assert "**Autonomy gate: closed**" in text
+    assert "requires ≥ 40 launched and > 95.0% success." in text
+    assert "Too few launched (31 < 40)." in text
 
 
 @pytest.mark.timeout(60)
@@ -327,14 +332,11 @@ def _launch(conn, mid: int, attempt: int, status: str) -> None:
 
 @pytest.mark.timeout(60)
 def test_a_launch_that_failed_counts_as_a_failure_of_the_success_proxy(inbox):
-    failed = inbox.classified("question", 0.9, work="open")
-    _launch(inbox.conn, failed, 1, "failed")
+    failed = inbox.classified("question", 0.9, work="open", launch="failed")
     inbox.conn.execute("UPDATE synedre.email_states SET status = 'spawn_failed' WHERE message_id = %s", (failed,))
-    retried = inbox.classified("question", 0.9, work="open")  # failed once, then succeeded
-    _launch(inbox.conn, retried, 1, "failed")
+    retried = inbox.classified("question", 0.9, work="open", launch="failed")  # failed once, then succeeded
     _launch(inbox.conn, retried, 2, "succeeded")
     escalated = inbox.classified("run", 0.9, complexity="plan", work="open")
-    _launch(inbox.conn, escalated, 1, "succeeded")
     inbox.conn.execute("UPDATE synedre.email_states SET status = 'escalated' WHERE message_id = %s",
                        (escalated,))
     inbox.classified("run", 0.9, complexity="plan", work="open")
@@ -350,14 +352,110 @@ def test_a_launch_that_failed_counts_as_a_failure_of_the_success_proxy(inbox):
 
 @pytest.mark.timeout(60)
 def test_a_question_whose_only_launch_failed_is_not_a_success(inbox):
-    mid = inbox.classified("question", 0.8, work="open")
-    _launch(inbox.conn, mid, 1, "failed")
+    mid = inbox.classified("question", 0.8, work="open", launch="failed")
     inbox.conn.execute("UPDATE synedre.email_states SET status = 'spawn_failed' WHERE message_id = %s", (mid,))
 
     text = render(collect(inbox.conn, now=NOW))
 
     assert "| question | 1 | 0.800 | 0.000 | 0.0% (0/1) |" in text
     assert "100.0% (1/1)" not in text
+
+
+# -- only launched work counts; refusals and expiries are the gate's failures, apart -----
+
+def _held(inbox: Inbox, conn, tmp_path, age: timedelta) -> int:
+    """A run + plan message the approval policy held (its request opened by `decisions.gate`)."""
+    from synedre.approvals import decisions
+    from synedre.config import Settings
+
+    mid = inbox.classified("run", 0.9, complexity="plan", work="open", age=age, launch=None)
+    conn.execute("UPDATE synedre.email_states SET status = 'materialized' WHERE message_id = %s", (mid,))
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[run_plan]\nenabled = true\n")
+    state = conn.execute("SELECT s.*, NULL::text AS client_codename FROM synedre.email_states s"
+                         " WHERE s.message_id = %s", (mid,)).fetchone()
+    with conn.transaction():
+        asked = decisions.gate(conn, state, "plan", "claude-sonnet", Settings(state_dir=tmp_path,
+                                                                               approval_policy_file=policy))
+    assert asked.status == "awaiting_approval", asked
+    return mid
+
+
+def _acceptance_six(inbox: Inbox, db, tmp_path, age: timedelta = RECENT) -> None:
+    """4 launched (3 OK, 1 NON on the recap), 3 refused, 2 expired, 1 waiting: through the
+    product's own decisions (`decisions.gate`, `decide`, `expire`, `record_verdict`)."""
+    from psycopg.rows import dict_row
+
+    from synedre.approvals import decisions
+
+    with psycopg.connect(db, row_factory=dict_row, autocommit=True) as conn:
+        for n, verdict in enumerate(("ok", "ok", "ok", "non")):
+            mid = inbox.classified("run", 0.9, complexity="plan", work="open", age=age)
+            with conn.transaction():
+                assert decisions.record_verdict(conn, mid, verdict, None, f"<verdict{n}@x>")
+        for _ in range(3):
+            mid = _held(inbox, conn, tmp_path, age)
+            with conn.transaction():
+                assert decisions.decide(conn, mid, approve=False, by="julien@atelier-moreau.fr") is None
+        for _ in range(2):
+            mid = _held(inbox, conn, tmp_path, age)
+            conn.execute("UPDATE synedre.approvals SET expires_at = now() - interval '1 second'"
+                         " WHERE message_id = %s", (mid,))
+            with conn.transaction():
+                assert decisions.expire(conn, mid)
+        _held(inbox, conn, tmp_path, age)
+        statuses = conn.execute("SELECT status, count(*) AS n FROM synedre.email_states GROUP BY status"
+                                " ORDER BY status").fetchall()
+    assert [(r["status"], r["n"]) for r in statuses] == [("actioned", 4), ("awaiting_approval", 1),
+                                                         ("refused", 5)]
+
+
+@pytest.mark.timeout(60)
+def test_the_gate_counts_only_launched_work_and_refusals_and_expiries_apart(inbox, db, tmp_path):
+    _acceptance_six(inbox, db, tmp_path)
+
+    data = collect(inbox.conn, now=NOW)
+    gate, run = data.gate, by_intent(data)["run"]
+
+    # 3 of the 4 launched: the NON is a failure, the refused, expired and waiting are not launched work
+    assert (gate.items, gate.successes, gate.rate) == (4, 3, 0.75)
+    assert (gate.rejected, gate.refused, gate.expired, gate.waiting) == (1, 3, 2, 1)
+    assert gate.failures == 1 + 3 + 2 and not gate.is_open
+    assert (run.count, run.launched, run.successes) == (10, 4, 3)
+    text = render(data)
+    assert "**Autonomy gate: closed** — run + plan: 3/4 launched succeeded (75.0%)" in text
+    assert ("Failures of the gate: 6 — among the launched, 1 NON on the recap and 0 failed otherwise;"
+            " never launched: 3 approval refused, 2 approval expired.") in text
+    assert "Still awaiting approval (not counted): 1." in text
+    assert "| run | 10 | 0.900 | 0.000 | 75.0% (3/4) |" in text
+    assert "Phase 3" not in text and "10/10" not in text
+
+
+@pytest.mark.timeout(60)
+def test_the_cli_prints_the_gate_and_its_json(inbox, db, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from synedre.cli import app
+
+    _acceptance_six(inbox, db, tmp_path, age=-(datetime.now(UTC) - NOW) + RECENT)
+
+    shown = CliRunner().invoke(app, ["report", "calibration"])
+    as_json = CliRunner().invoke(app, ["report", "calibration", "--json"])
+
+    assert shown.exit_code == 0, shown.output
+    assert "## Autonomy gate" in shown.output and "3/4 launched succeeded (75.0%)" in shown.output
+    assert "3 approval refused, 2 approval expired" in shown.output and "Phase 3" not in shown.output
+    assert as_json.exit_code == 0, as_json.output
+    report = json.loads(as_json.output)
+    gate = report["autonomy_gate"]
+    assert {k: gate[k] for k in ("items", "successes", "rate", "rejected", "refused", "expired", "waiting",
+                                 "failures", "open")} == {
+        "items": 4, "successes": 3, "rate": 0.75, "rejected": 1, "refused": 3, "expired": 2, "waiting": 1,
+        "failures": 6, "open": False}
+    run = next(i for i in report["intents"] if i["intent"] == "run")
+    assert (run["count"], run["launched"], run["successes"], run["success_rate"]) == (10, 4, 3, 0.75)
 
 
 # -- monthly, on beat, mailed to the founder ---------------------------------------------

@@ -53,6 +53,26 @@ class Sleep:
     once: bool = False
 
 
+@dataclass(frozen=True)
+class Bill:
+    """The next answer reports this many input tokens in its usage: the CLI prices what a run
+    spends from the usage (its `result`'s total_cost_usd, its budget), so a test makes a step
+    cost what it needs (500,000 tokens: about 1 USD on the CLI's default Sonnet)."""
+
+    input_tokens: int
+
+
+@dataclass(frozen=True)
+class ApiError:
+    """The API refuses the request for this step: `status` with an error body of `type` and
+    `message`, as the real API shapes it (404 not_found_error, 401 authentication_error,
+    429 rate_limit_error, 529 overloaded_error…)."""
+
+    status: int
+    type: str
+    message: str
+
+
 def text(value: str) -> dict[str, Any]:
     return {"type": "text", "text": value}
 
@@ -75,6 +95,8 @@ class Turn:
     blocks: list[dict[str, Any]]
     delay: float = 0.0
     delay_once: bool = False
+    error: ApiError | None = None
+    input_tokens: int | None = None  # the usage it reports (see Bill); else estimated from the request
 
     @property
     def stop_reason(self) -> str:
@@ -85,24 +107,33 @@ class ScriptedModel:
     """The model's side of the conversation, step by step.
 
     ``turns`` is a list whose items are either a list of content blocks (one assistant
-    answer) or a ``Sleep`` (silence before the next answer). Once the script is spent,
+    answer), a ``Sleep`` (silence before the next answer) or a ``Bill`` (the next answer's
+    usage). Once the script is spent,
     every further main request gets ``final_text`` with stop_reason ``end_turn``; put a
     text-only step last to choose the closing words yourself.
     """
 
-    def __init__(self, turns: list[list[dict[str, Any]] | Sleep], final_text: str = DEFAULT_FINAL_TEXT):
+    def __init__(self, turns: list[list[dict[str, Any]] | Sleep | ApiError | Bill],
+                 final_text: str = DEFAULT_FINAL_TEXT):
         self.turns: list[Turn] = []
-        pending, once = 0.0, False
+        pending, once, billed = 0.0, False, None
         for step in turns:
             if isinstance(step, Sleep):
                 pending, once = pending + step.seconds, once or step.once
+                continue
+            if isinstance(step, Bill):
+                billed = step.input_tokens
+                continue
+            if isinstance(step, ApiError):  # every request for this step is refused, retries included
+                self.turns.append(Turn([], pending, once, error=step))
+                pending, once = 0.0, False
                 continue
             blocks = [dict(b) for b in step]
             for b in blocks:
                 if b.get("type") not in ("text", "tool_use"):
                     raise ValueError(f"unsupported block type: {b.get('type')!r}")
-            self.turns.append(Turn(blocks, pending, once))
-            pending, once = 0.0, False
+            self.turns.append(Turn(blocks, pending, once, input_tokens=billed))
+            pending, once, billed = 0.0, False, None
         self.final = Turn([text(final_text)], pending, once)
         self._waited: set[int] = set()
         self._lock = threading.Lock()
@@ -301,15 +332,20 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if is_main_request(body, dict(self.headers.items())):
             step = assistant_turns(body)
-            self._record("main", body, step=step)
+            rec = self._record("main", body, step=step)
             model = self.server.model
             # a script of scripts: one conversation per launch, each picks its own (see PerLaunch)
             model = model.for_request(body) if hasattr(model, "for_request") else model
             turn, delay = model.turn(step), model.delay(step)
         else:
-            self._record("subagent" if self.headers.get(SUBAGENT_HEADER) else "aux", body)
+            rec = self._record("subagent" if self.headers.get(SUBAGENT_HEADER) else "aux", body)
             turn, delay = Turn([text(AUX_TEXT)]), 0.0
         if delay and self.server.stopping.wait(delay):
+            return
+        if turn.error is not None:
+            rec.status = turn.error.status
+            self._send_json(turn.error.status, {"type": "error", "error": {"type": turn.error.type,
+                                                                            "message": turn.error.message}})
             return
         self._answer(body, turn)
 
@@ -328,7 +364,7 @@ class _Handler(BaseHTTPRequestHandler):
         msg_id = "msg_" + uuid.uuid4().hex[:24]
         model = body.get("model") or "claude-sonnet-4-5"
         blocks = self._blocks(turn)
-        input_tokens = _estimate_tokens(body.get("messages"))
+        input_tokens = turn.input_tokens or _estimate_tokens(body.get("messages"))
         output_tokens = max(1, len(json.dumps(blocks)) // 4)
         usage = {"input_tokens": input_tokens, "output_tokens": output_tokens,
                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}

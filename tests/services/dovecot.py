@@ -30,7 +30,7 @@ state_dir = {root}/state
 log_path = {root}/dovecot.log
 ssl = no
 disable_plaintext_auth = no
-auth_mechanisms = plain login
+auth_mechanisms = {mechanisms}
 default_internal_user = {internal_user}
 default_login_user = {login_user}
 first_valid_uid = {mail_uid}
@@ -49,9 +49,10 @@ mail_fsync = never
 
 passdb {{
   driver = passwd-file
+  mechanisms = plain login
   args = scheme=PLAIN {root}/users
 }}
-userdb {{
+{oauth2_passdb}userdb {{
   driver = static
   args = uid={mail_uid} gid={mail_gid} home={root}/home/%u
 }}
@@ -72,6 +73,25 @@ service pop3-login {{
     port = 0
   }}
 }}
+"""
+
+
+# With `oauth2_introspection_url`: XOAUTH2 and OAUTHBEARER logins, each access token checked
+# by POSTing it to that RFC 7662 introspection endpoint (no cache: every login asks).
+OAUTH2_PASSDB = """\
+passdb {{
+  driver = oauth2
+  mechanisms = xoauth2 oauthbearer
+  args = {root}/dovecot-oauth2.conf.ext
+}}
+"""
+OAUTH2_CONF = """\
+introspection_mode = post
+introspection_url = {url}
+username_attribute = username
+active_attribute = active
+active_value = true
+force_introspection = yes
 """
 
 
@@ -112,6 +132,12 @@ class Dovecot(ServiceProcess):
     password: str
     stop_grace_s = 5.0  # then stop() kills the group, which its imap, auth, log... children share
 
+    def kick(self, user: str | None = None) -> None:
+        """End every session of `user` (the login user by default), as a provider does when
+        the access token a session logged in with expires."""
+        subprocess.run(["doveadm", "-c", str(self.base_dir / "dovecot.conf"), "kick", user or self.username],
+                       check=True, capture_output=True, timeout=30)
+
     def client(self) -> imapclient.IMAPClient:
         c = imapclient.IMAPClient(self.host, port=self.port, ssl=False, timeout=10)
         c.login(self.username, self.password)
@@ -122,13 +148,19 @@ class Dovecot(ServiceProcess):
         return self.base_dir / "dovecot.log"
 
 
-def _launch(root: Path, port: int, username: str, password: str) -> subprocess.Popen:
+def _launch(root: Path, port: int, username: str, password: str,
+            oauth2_introspection_url: str | None = None) -> subprocess.Popen:
     mail = pwd.getpwnam("mail")
     conf = root / "dovecot.conf"
+    if oauth2_introspection_url:
+        (root / "dovecot-oauth2.conf.ext").write_text(OAUTH2_CONF.format(url=oauth2_introspection_url))
+        (root / "dovecot-oauth2.conf.ext").chmod(0o644)  # read by the unprivileged auth process
     conf.write_text(
         CONFIG_TEMPLATE.format(
             root=root,
             port=port,
+            mechanisms="plain login xoauth2 oauthbearer" if oauth2_introspection_url else "plain login",
+            oauth2_passdb=OAUTH2_PASSDB.format(root=root) if oauth2_introspection_url else "",
             mail_uid=mail.pw_uid,
             mail_gid=mail.pw_gid,
             internal_user=_user_or("dovecot", "mail"),
@@ -162,6 +194,7 @@ def start_dovecot(
     username: str = "atlas",
     password: str = "atlas-test-pw",
     timeout: float = 15.0,
+    oauth2_introspection_url: str | None = None,
 ) -> Dovecot:
     version = dovecot_version()
     if not re.match(r"2\.3\.", version):
@@ -173,7 +206,7 @@ def start_dovecot(
     # Retry on a fresh port if Dovecot cannot bind the probed one.
     for attempt in range(PORT_ATTEMPTS):
         dc = Dovecot("127.0.0.1", free_port(), username, password, base_dir=root, owns_base_dir=owns)
-        dc.process = _launch(root, dc.port, username, password)
+        dc.process = _launch(root, dc.port, username, password, oauth2_introspection_url)
         atexit.register(dc.stop)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and dc.process.poll() is None:

@@ -5,7 +5,8 @@
     SYNEDRE_OPENAI_BASE_URL    = server.url + "/v1"  # the OpenAI SDK adds /chat/completions
     SYNEDRE_ANTHROPIC_BASE_URL = server.url          # the Anthropic SDK adds /v1/messages
 
-Endpoints: POST /v1/chat/completions and /v1/embeddings (Mistral and OpenAI share
+Endpoints: GET /v1/models (a provider's probe; the script may refuse it with an
+HTTPError), POST /v1/chat/completions and /v1/embeddings (Mistral and OpenAI share
 them), POST /v1/messages (JSON, or SSE when the body says "stream": true) and
 /v1/messages/count_tokens. `script(request_body, path)` decides each answer:
 
@@ -41,6 +42,9 @@ from urllib.parse import urlsplit
 from synedre.ai.providers.local import hashed_vector
 
 CREDENTIAL_HEADERS = {"authorization", "x-api-key", "api-key"}
+# One entry of GET /v1/models, as Mistral lists a model (the OpenAI SDK reads it as well).
+MODEL_CARD = {"id": "scripted", "object": "model", "type": "base", "created": 0, "owned_by": "scripted",
+              "capabilities": {"completion_chat": True}}
 DEFAULT_EMBEDDING_DIM = 1024  # mistral-embed's dimension
 
 
@@ -190,8 +194,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
-        if path == "/v1/models":
-            self._send(200, {"object": "list", "data": []})
+        if path == "/v1/models":  # a provider's probe (`synedre status`): a script may refuse it
+            try:
+                answer = self.server.script({}, path)
+            except HTTPError as exc:
+                answer = exc
+            except Exception:  # a script written for POST bodies: the listing as always
+                answer = None
+            if isinstance(answer, HTTPError):
+                self._send(answer.status, _error_body(path, answer.status, answer.message), answer.headers)
+            else:
+                self._send(200, {"object": "list", "data": [MODEL_CARD]})
         else:
             self._send(404, _error_body(path, 404, f"no route {path}"))
 

@@ -2,32 +2,36 @@
 and a loopback HTTP server for the published pre-production.
 
     site = start_site(tmp_path / "site")       # repo with site/{index,contact,about}.html
-    run_deploy(site.repo, site.target, ...)    # ./deploy acme --preprod publishes main
-    site.url                                   # http://127.0.0.1:PORT, serving the publish
+    site.deploy(tmp_path / "state")            # ./deploy acme --preprod publishes main, confined
+    site.url                                   # http://127.0.0.2:PORT, serving the publish
     site.commit({"site/contact.html": "..."})  # what an agent's commit would do
     site.stop()
 
-The deploy script publishes the trunk (`main`, not the work tree) with `git archive`
-into a fresh release directory, writes a `sitemap.xml` listing every page (its URLs name
-the production host, as a real sitemap does: QA matches paths), then swaps a symlink,
-so the server sees either the old release or the new one. `/contact` serves
-`contact.html`, as a static host's clean URLs do. The server runs in a thread, on a
-free port of 127.0.0.1.
+The deploy script publishes the trunk (`main`, not the work tree) with `git archive`,
+writes a `sitemap.xml` listing every page (its URLs name the production host, as a real
+sitemap does: QA matches paths), and uploads the release as a tar to the pre-production
+host (`POST /_deploy/<target>`, with curl: through the deploy sandbox's proxy, the host
+being the tenant's one `deploy_hosts` entry, `site.host`). The server unpacks it into a
+fresh release directory, then swaps a symlink, so it serves either the old release or the
+new one. `/contact` serves `contact.html`, as a static host's clean URLs do. The server
+runs in a thread, on a free port of 127.0.0.2: not 127.0.0.1, which the sandbox runtime
+sends around its proxy (NO_PROXY), straight into the sandbox's own empty loopback.
 """
 from __future__ import annotations
 
-import functools
 import io
 import os
 import subprocess
-import threading
 from dataclasses import dataclass
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 from PIL import Image, ImageDraw
 
+from synedre.tryout import site as tryout_site
+
 PRODUCTION_HOST = "https://www.acme.example"
+PREPROD_HOST = "127.0.0.2"
 
 DEPLOY_SCRIPT = r"""#!/usr/bin/env bash
 # Publishes main's site/ to pre-production: ./deploy TARGET --preprod
@@ -35,12 +39,10 @@ set -euo pipefail
 [ $# -eq 2 ] && [ "$2" = "--preprod" ] || { echo "usage: ./deploy TARGET --preprod" >&2; exit 2; }
 target=$1
 here=$(cd "$(dirname "$0")" && pwd)
-root=@PUBLISH_ROOT@
 sha=$(git -C "$here" rev-parse --short main)
 echo "deploying $target from main@$sha"
-release=$(mktemp -d "$root/.release-$target.XXXXXX")
+release=$(mktemp -d)
 git -C "$here" archive main site | tar -x -C "$release" --strip-components=1
-chmod 755 "$release"
 {
   echo '<?xml version="1.0" encoding="UTF-8"?>'
   echo '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
@@ -50,10 +52,9 @@ chmod 755 "$release"
   done < <(cd "$release" && find . -name '*.html' | sort)
   echo '</urlset>'
 } > "$release/sitemap.xml"
-old=$(readlink "$root/$target" || true)
-ln -sfn "$release" "$root/.next-$target" && mv -T "$root/.next-$target" "$root/$target"
-[ -z "$old" ] || rm -rf "$old"
-echo "published $(grep -c '<loc>' "$release/sitemap.xml") pages to $target"
+tar -C "$release" -cf - . | curl -sS --fail-with-body -m 60 --data-binary @- "@UPLOAD@/$target"
+echo
+rm -rf "$release"
 """
 
 STYLE = ("body { font-family: sans-serif; margin: 40px; } h1 { color: #135; }\n"
@@ -84,27 +85,13 @@ PAGES = {
 }
 
 
-class _CleanURLHandler(SimpleHTTPRequestHandler):
-    def translate_path(self, path: str) -> str:
-        fs = super().translate_path(path)
-        if not os.path.exists(fs) and os.path.exists(fs + ".html"):
-            return fs + ".html"
-        return fs
-
-    def end_headers(self) -> None:
-        self.send_header("Cache-Control", "no-store")
-        super().end_headers()
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-def serve_directory(directory: Path) -> ThreadingHTTPServer:
-    """`directory` over HTTP on a free loopback port, in a daemon thread."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_CleanURLHandler, directory=str(directory)))
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name=f"site-{directory.name}", daemon=True).start()
-    return server
+def serve_directory(directory: Path, publish_root: Path | None = None, host: str = "127.0.0.1"
+                    ) -> ThreadingHTTPServer:
+    """`directory` over HTTP on a free loopback port, in a daemon thread, with the deploy's
+    uploads published into `publish_root` (`directory` being its target's link): the try-out's
+    pre-production host (synedre/tryout/site.py)."""
+    root = publish_root or directory.parent
+    return tryout_site.serve(root, 0, directory.name, host=host)
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -123,9 +110,18 @@ class Site:
     server: ThreadingHTTPServer
 
     @property
-    def url(self) -> str:
+    def host(self) -> str:
+        """`host:port`: the tenant's deploy_hosts entry that lets its deploy reach this host."""
         host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{host}:{port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}"
+
+    def topology(self) -> dict[str, object]:
+        """The tenant_topology.config of a client whose pre-production this is."""
+        return {"preprod_url": self.url, "deploy_hosts": [self.host]}
 
     def commit(self, files: dict[str, str | bytes], message: str = "agent change") -> str:
         for rel, content in files.items():
@@ -135,6 +131,15 @@ class Site:
         _git(self.repo, "add", *files)
         _git(self.repo, "commit", "-q", "-m", message)
         return _git(self.repo, "rev-parse", "HEAD")
+
+    def deploy(self, state_dir: Path, timeout_s: float = 30, **settings: object):
+        """`./deploy` of main as the deploy stage runs it: a fresh checkout, as the deploy
+        user, in its sandbox, reaching this host alone."""
+        from synedre.config import Settings
+        from synedre.stages.deploy import Topology, deploy
+
+        s = Settings(state_dir=state_dir, workspace_base_branch="main", deploy_timeout_s=timeout_s, **settings)
+        return deploy(str(self.repo), Topology(self.target, self.url, (self.host,)), s)
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -146,14 +151,12 @@ def start_site(root: Path, target: str = "acme") -> Site:
     repo.mkdir(parents=True)
     publish_root.mkdir()
     _git(repo, "init", "-q", "-b", "main")
+    server = serve_directory(publish_root / target, publish_root, PREPROD_HOST)
     script = repo / "deploy"
-    script.write_text(DEPLOY_SCRIPT.replace("@PUBLISH_ROOT@", _sh_quote(str(publish_root)))
-                      .replace("@HOST@", PRODUCTION_HOST))
+    script.write_text(DEPLOY_SCRIPT.replace("@UPLOAD@", f"http://{server.server_address[0]}:"
+                                            f"{server.server_address[1]}/_deploy").replace("@HOST@", PRODUCTION_HOST))
     script.chmod(0o755)
-    site = Site(repo, publish_root, target, serve_directory(publish_root / target))
+    site = Site(repo, publish_root, target, server)
     site.commit({"deploy": script.read_text(), **PAGES, "site/logo.png": logo_png()}, "the site as the client has it")
     return site
 
-
-def _sh_quote(s: str) -> str:
-    return "'" + s.replace("'", "'\\''") + "'"

@@ -1,5 +1,7 @@
 """A real SMTP server on loopback (aiosmtpd) that keeps what it receives.
 
+With `credentials` it offers AUTH PLAIN/LOGIN; with `bearer` (an RFC 7662 introspection URL)
+AUTH XOAUTH2, each access token checked by POSTing it there, as Dovecot's oauth2 passdb does.
 `refuse_rcpt` answers the next N RCPTs with a 451, `refuse_data` the next N DATA with a
 554 (nothing kept); `drop_after_data` takes the next N
 messages and closes the connection instead of replying, as a relay that crashes after
@@ -7,8 +9,12 @@ writing the mail to its queue would: the client cannot know whether the mail lef
 """
 from __future__ import annotations
 
+import base64
+import json
 import threading
 import time
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from email import message_from_bytes, policy
 from email.message import EmailMessage
@@ -34,11 +40,18 @@ class Received:
         return msg
 
 
+@dataclass(frozen=True)
+class Bearer:
+    login: bytes
+    token: str
+
+
 @dataclass
 class SmtpSink:
     host: str
     port: int
     credentials: tuple[str, str] | None = None
+    bearer: str | None = None  # introspection URL: XOAUTH2 offered
     received: list[Received] = field(default_factory=list)
     logins: list[tuple[str, bool]] = field(default_factory=list)  # (login, accepted)
     refuse_rcpt: int = 0
@@ -73,14 +86,40 @@ class SmtpSink:
             server.transport.abort()  # taken, and no reply ever comes
         return "250 2.0.0 queued"
 
+    async def auth_XOAUTH2(self, server: Any, args: list[str]) -> AuthResult:
+        """RFC 7628-style XOAUTH2: `user=<u>^Aauth=Bearer <token>^A^A`; on failure an error
+        challenge, the client's empty answer, then 535 (what Gmail and Outlook do)."""
+        if self.bearer is None:
+            await server.push("504 5.5.4 Unrecognized authentication type")
+            return AuthResult(success=False, handled=True)
+        raw = base64.b64decode(args[1]) if len(args) > 1 else await server.challenge_auth("")
+        fields = dict(f.split("=", 1) for f in raw.decode().split("\x01") if "=" in f)
+        login, token = fields.get("user", "").encode(), fields.get("auth", "").removeprefix("Bearer ")
+        result = server._authenticate("XOAUTH2", Bearer(login, token))
+        if not result.success:
+            await server.challenge_auth(json.dumps({"status": "401", "schemes": "bearer"}))
+        return result
+
+    def _introspect(self, token: str) -> dict[str, Any]:
+        assert self.bearer is not None
+        body = urllib.parse.urlencode({"token": token}).encode()
+        with urllib.request.urlopen(self.bearer, data=body, timeout=10) as resp:
+            return dict(json.loads(resp.read()))
+
     def _authenticate(self, server: Any, session: Any, envelope: Any, mechanism: str,
                       auth_data: Any) -> AuthResult:
-        assert self.credentials is not None
-        ok = (isinstance(auth_data, LoginPassword)
-              and (auth_data.login.decode(), auth_data.password.decode()) == self.credentials)
+        if isinstance(auth_data, Bearer):
+            answer = self._introspect(auth_data.token)
+            ok = bool(answer.get("active")) and answer.get("username") == auth_data.login.decode()
+        else:
+            assert self.credentials is not None
+            ok = (isinstance(auth_data, LoginPassword)
+                  and (auth_data.login.decode(), auth_data.password.decode()) == self.credentials)
         with self._lock:
-            self.logins.append((auth_data.login.decode() if isinstance(auth_data, LoginPassword) else "?", ok))
-        return AuthResult(success=ok, auth_data=auth_data.login if ok else None)
+            self.logins.append((auth_data.login.decode() if isinstance(auth_data, LoginPassword | Bearer)
+                                else "?", ok))
+        # handled=False: aiosmtpd then answers the failure itself (535)
+        return AuthResult(success=ok, handled=False, auth_data=auth_data.login if ok else None)
 
     # test helpers -----------------------------------------------------------------------
     def messages(self) -> list[Received]:
@@ -101,15 +140,17 @@ class SmtpSink:
             controller.stop()
 
 
-def start_smtp(credentials: tuple[str, str] | None = None) -> SmtpSink:
-    """A started server; with `credentials` it offers AUTH (over plain loopback) and
-    refuses any other login."""
+def start_smtp(credentials: tuple[str, str] | None = None, bearer: str | None = None) -> SmtpSink:
+    """A started server; with `credentials` it offers AUTH PLAIN/LOGIN (over plain loopback),
+    with `bearer` (an introspection URL) AUTH XOAUTH2, and refuses any other login."""
     last: Exception | None = None
     for _ in range(3):  # the probed port may be taken before the server binds it
-        sink = SmtpSink("127.0.0.1", free_port(), credentials)
+        sink = SmtpSink("127.0.0.1", free_port(), credentials, bearer)
         kwargs: dict[str, Any] = {}
-        if credentials is not None:
+        if credentials is not None or bearer is not None:
             kwargs = {"authenticator": sink._authenticate, "auth_require_tls": False}
+            # only the mechanisms it can check
+            kwargs["auth_exclude_mechanism"] = ["PLAIN", "LOGIN"] if credentials is None else ["XOAUTH2"]
         controller = Controller(sink, hostname=sink.host, port=sink.port, ready_timeout=10, **kwargs)
         try:
             controller.start()

@@ -14,7 +14,21 @@ from pathlib import Path
 from tests.services.dovecot import Dovecot
 
 ROOT = Path(__file__).resolve().parents[2]
-TEST_REDIS_URL = os.environ.get("SYNEDRE_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+
+
+def per_worker(redis_url: str) -> str:
+    """Under pytest-xdist each worker (gw0, gw1, …) gets a Redis database of its own: the one
+    given, then the next ones, so that two workers never share a queue, a lock or a flush."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return redis_url
+    u = urlsplit(redis_url)
+    return urlunsplit(u._replace(path=f"/{int(u.path.strip('/') or 0) + int(worker[2:])}"))
+
+
+TEST_REDIS_URL = per_worker(os.environ.get("SYNEDRE_TEST_REDIS_URL", "redis://127.0.0.1:6379/13"))
 # The shared corpus beside the checkout when there is one; else the copy kept in tests/
 # (a CI clone may have no ../shared).
 CORPUS = next(p for p in (ROOT.parent / "shared" / "corpus", ROOT / "tests" / "corpus")
@@ -27,6 +41,20 @@ def start_pg(pgdata: Path):
         warnings.simplefilter("ignore")
         import pgserver
     return pgserver.get_server(pgdata, cleanup_mode="stop")
+
+
+def q(url: str, sql: str, *args: object) -> list:
+    """The rows of one query on its own connection (the tests' look into PostgreSQL)."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+def git(repo: Path, *args: str) -> str:
+    """git in `repo`, with an identity for commits; its output, stripped."""
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=T", "-c", "user.email=t@x", *args], check=True,
+                          capture_output=True, text=True, timeout=30).stdout.strip()
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05):

@@ -21,6 +21,7 @@ from synedre.stages.poll import ingest_one
 from tests.conftest import CORPUS
 from tests.services import stack
 from tests.services.claude_api import ScriptedModel, bash, start_claude_api
+from tests.services.stack import q
 from tests.spawn.conftest import git
 
 pytestmark = [pytest.mark.timeout(240),
@@ -82,11 +83,6 @@ def launch_env(services, repo, tmp_path):
                "SYNEDRE_IDLE_TIMEOUT_S": "60", "SYNEDRE_LAUNCH_BUDGET_S": "120"}
         return api, env
     return make
-
-
-def q(url, sql, *args):
-    with psycopg.connect(url) as conn:
-        return conn.execute(sql, args).fetchall()
 
 
 def finished(url, n):
@@ -322,6 +318,7 @@ def test_sigkill_of_the_worker_leaves_no_agent_and_the_message_is_never_launched
     url = services["db"]
     mid, = make_launchable(url, tmp_path)
     api, env = launch_env(ScriptedModel([[bash("git status --short")], Sleep(120)]))
+    env["SYNEDRE_SPAWN_LOCK_TTL_S"] = "15"  # the dead launch's lock expires sooner than the default 60 s
     worker = stack.celery_worker(env, services["logs"], queues="spawn")
     try:
         from tasks.app import app

@@ -29,9 +29,10 @@ from synedre.spawn.locks import (
     stale_locks,
     status,
 )
+from tests.services import stack
 
-# Not the suite's shared test database (13): another suite uses it concurrently.
-REDIS_URL = os.environ.get("SYNEDRE_LOCKS_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
+# Not the suite's shared test databases (13 and up, one per xdist worker): 10 and up, one per worker.
+REDIS_URL = stack.per_worker(os.environ.get("SYNEDRE_LOCKS_TEST_REDIS_URL", "redis://127.0.0.1:6379/10"))
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.integration]
 

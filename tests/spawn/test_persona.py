@@ -38,9 +38,28 @@ def conn(db):
 def test_own_lessons_come_before_global_ones_and_others_lessons_never(conn):
     p = persona.load(conn, "backend", query="migration du schéma SQL", embed=vec)
     assert p.lessons_error is None
-    assert p.lessons[0].startswith("migrations") and p.lessons[1].startswith("git")
-    assert not any(lesson.startswith("css") for lesson in p.lessons)
+    given = [str(lesson) for lesson in p.lessons]
+    assert given[0].startswith("migrations") and given[1].startswith("git")
+    assert not any(lesson.startswith("css") for lesson in given)
     assert p.preferences == ["ton: vouvoiement, concis"]
+
+
+def test_a_clients_lessons_come_first_another_clients_never_and_a_retired_one_never(conn):
+    a, b = (conn.execute("INSERT INTO synedre.clients (codename, name) VALUES (%s, %s) RETURNING id",
+                         (f"client-{x}", x)).fetchone()["id"] for x in "ab")
+    backend = conn.execute("SELECT id FROM synedre.agents WHERE codename = 'backend'").fetchone()["id"]
+    rows = {}
+    for client, title in [(a, "horaires"), (b, "tarifs"), (a, "retirée")]:
+        rows[title] = conn.execute(
+            "INSERT INTO synedre.lessons (owner_agent_id, client_id, title, body, embedding, embedding_model)"
+            " VALUES (%s, %s, %s, 'corps', %s, %s) RETURNING id",
+            (backend, client, title, str(vec(title).values), MODEL)).fetchone()["id"]
+    conn.execute("UPDATE synedre.lessons SET retired_at = now() WHERE id = %s", (rows["retirée"],))
+    p = persona.load(conn, "backend", query="migration du schéma SQL", embed=vec, client_id=a)
+    assert [lesson.title for lesson in p.lessons] == ["horaires", "migrations", "git"]
+    assert "horaires: corps" in persona.lessons_text(p) and "Leçon" not in persona.render(p, "full")
+    other = persona.load(conn, "backend", query="x", embed=vec, client_id=b)
+    assert [lesson.title for lesson in other.lessons][0] == "tarifs" and "horaires" not in persona.lessons_text(other)
 
 
 def test_renderings_stay_within_their_budgets_and_grow(conn):

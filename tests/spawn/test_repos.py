@@ -10,14 +10,10 @@ from pathlib import Path
 import pytest
 
 from synedre.config import Settings
-from synedre.spawn import repos, workspace
+from synedre.spawn import launcher, repos, workspace
+from tests.services.stack import git
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(cwd), "-c", "user.name=T", "-c", "user.email=t@x", *args],
-                          check=True, capture_output=True, text=True, timeout=30).stdout.strip()
 
 
 def commit(cwd: Path, name: str, message: str) -> str:
@@ -101,17 +97,19 @@ def test_a_deploy_on_another_host_runs_what_was_pushed(tmp_path, remote):
     spawn, deploy = host(tmp_path, "spawn-host"), host(tmp_path, "deploy-host")
     checkout = repos.locate(remote, deploy, repos.CHECKOUTS)
     assert checkout is not None
-    with repos.deployable(checkout, "preprod") as path:  # first: cloned
-        assert not (path / "fix.txt").exists()
+    owner = launcher.RunAs.lookup("synedre-deploy")
+    with repos.deployable(checkout, "preprod", deploy.state_dir / "deploys", owner) as path:  # first: cloned
+        assert not (path / "fix.txt").exists() and path.stat().st_uid == owner.uid
         (path / "build.log").write_text("a deploy's leftovers\n")
+    assert not path.exists()  # each deploy's checkout is its own, removed after
     mirror = repos.locate(remote, spawn)
     assert mirror is not None
     ws = repos.open_workspace(mirror, base_branch="preprod", name="msg-1-a1", root=tmp_path / "clones")
     sha = agent_commits(ws, "fix.txt")
     assert repos.merge_back(ws, spawn).merged
-    with repos.deployable(checkout, "preprod") as path:  # then: fetched, whatever the deploy left
-        assert path == (deploy.state_dir / "checkouts").resolve() / checkout.path.name
-        assert git(path, "rev-parse", "HEAD") == sha and (path / "fix.txt").exists()
+    with repos.deployable(checkout, "preprod", deploy.state_dir / "deploys", owner) as path:  # then: fetched
+        assert checkout.path == (deploy.state_dir / "checkouts").resolve() / checkout.path.name
+        assert repos.head(path) == sha and (path / "fix.txt").exists() and not (path / "build.log").exists()
     assert not str(path).startswith(str(spawn.state_dir))
 
 

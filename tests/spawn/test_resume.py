@@ -173,7 +173,8 @@ def test_launch_resume_continues_a_hard_timed_out_launch_in_its_session(services
     store = assert_private_store(state, launch_id, session_id)
     assert session.prune(state, 72.0) == [] and store.exists()  # a resumable failure keeps its session
 
-    worker = stack.celery_worker(env, services["logs"], queues="spawn")
+    # a copy that finds the slot or lock of the resume just ended still held comes back soon
+    worker = stack.celery_worker({**env, "SYNEDRE_SPAWN_SLOT_RETRY_S": "2"}, services["logs"], queues="spawn")
     try:
         out = cli(env, "launch", "resume", str(mid))
         assert out.returncode == 0 and f"launch #{launch_id} (stopped: hard) enqueued" in out.stdout, out
@@ -181,7 +182,7 @@ def test_launch_resume_continues_a_hard_timed_out_launch_in_its_session(services
                        60, "the resumed launch to end", interval=0.5)
         # a copy of the task (a redelivery) finds a later attempt: nothing runs twice
         app.send_task("synedre.spawn_resume", args=[mid, launch_id, 1])
-        stack.wait_for(lambda: "not resumed" in worker.output(), 30, "the copy refused")
+        stack.wait_for(lambda: "not resumed" in worker.output(), 60, "the copy refused")
     finally:
         worker.stop()
     (status, stop, attempt), = q(url, "SELECT status, stop_reason, attempt FROM synedre.launches")

@@ -276,7 +276,7 @@ def test_as_a_non_root_fleet_the_sandbox_alone_keeps_the_agent_off_its_own_trunk
                     "-q", str(trunk), str(ws)], check=True, timeout=60, env={"PATH": os.environ["PATH"],
                                                                              "HOME": str(home)})
     settings_file = sandbox.write_settings(top / sandbox.SETTINGS_NAME, sandbox.settings(
-        workspace=ws, contract_dir=out, launch_dir=top, repo=trunk, state_dir=tmp_path / "state", domains=[]), user)
+        workspace=ws, contract_dir=out, launch_dir=top, repo=trunk, fleet=[tmp_path / "state"], domains=[]), user)
     commands = indirect_commands(trunk, listener.port, bare, marker)
     api = start_claude_api(ScriptedModel([*([bash(c)] for c in commands),
                                           [write(str(trunk / ".git" / "hooks" / "post-checkout"), "x")],

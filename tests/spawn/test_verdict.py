@@ -20,7 +20,10 @@ def test_a_clean_result_with_a_valid_contract_succeeds():
 
 
 def test_a_result_flagged_as_an_error_fails_even_with_exit_0_and_subtype_success():
-    assert succeeded(outcome(is_error=True), 40, True) == LaunchVerdict(False, "result:success:is_error=True")
+    assert succeeded(outcome(is_error=True), 40, True) == LaunchVerdict(False, "API error: done")
+    refused = outcome(is_error=True, api_error_status=401, result="Invalid API key · Fix external API key")
+    assert succeeded(refused, 40, True) == \
+        LaunchVerdict(False, "authentication: Invalid API key · Fix external API key")
 
 
 def test_a_result_that_is_not_a_success_fails():

@@ -28,16 +28,11 @@ from synedre.spawn.workspace import (
     private_files,
     prune_stale,
     read_file,
-    read_partial,
     repo_lock,
 )
+from tests.services.stack import git
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
 
 
 def commit(cwd: Path, filename: str, text: str, message: str) -> None:
@@ -248,10 +243,10 @@ def test_salvage_reads_commits_and_a_partial_contract(repo):
     commits = commits_since(collected(ws))
     assert [c.split(" ", 1)[1] for c in commits] == ["step one", "step two"]
     assert commits[1].split(" ", 1)[0] == git(ws.path, "rev-parse", "HEAD")
-    assert read_partial(ws, "contract.json") == '{"ok": false, "summary_md": "half'
-    assert read_partial(ws, "missing.json") is None
-    with pytest.raises(ValueError):
-        read_partial(ws, "../../etc/passwd")
+    # what the spawn stage's salvage reads (workspace.read_file): the half-written text as it is
+    assert read_file(ws.path / "contract.json") == '{"ok": false, "summary_md": "half'
+    assert read_file(ws.path / "missing.json") is None
+    assert read_file(ws.path / "contract.json", limit=8) == '{"ok": f'
 
 
 def test_committed_paths_lists_what_the_agent_committed_even_if_removed_later(repo):
@@ -444,3 +439,40 @@ def test_collect_brings_the_branch_and_no_tag_the_agent_made(repo):
     assert collect(ws) is None
     assert git(repo, "tag", "--list") == ""
     assert git(repo, "log", "-1", "--format=%s", "synedre/msg-1") == "fix"
+
+
+# -- what the fleet gives the agent to read (an iteration's mock-up diff image) --------------
+
+def test_placed_files_are_readable_in_the_clone_and_never_committed(repo):
+    ws = open_ws(repo)
+    png = b"\x89PNG\r\n\x1a\n diff"
+    workspace.place_files(ws, ((f"{workspace.FLEET_DIR}/check-7.diff.png", png),))
+
+    assert (ws.path / workspace.FLEET_DIR / "check-7.diff.png").read_bytes() == png
+    assert git(ws.path, "status", "--porcelain", "--untracked-files=all") == ""
+    git(ws.path, "add", "-A")  # what an agent does before its commit
+    assert git(ws.path, "diff", "--cached", "--name-only") == ""
+    commit(ws.path, "fix.py", "x = 1\n", "fix the thing")
+    assert merge_back(collected(ws)).merged
+    assert not (repo / workspace.FLEET_DIR).exists()
+    assert git(repo, "ls-tree", "-r", "--name-only", "preprod").split() == ["README", "fix.py"]
+
+
+def test_placing_never_writes_through_what_the_agent_planted(repo, tmp_path):
+    ws = open_ws(repo)
+    outside = tmp_path / "fleet-file"
+    outside.write_text("the fleet's")
+    (ws.path / workspace.FLEET_DIR).symlink_to(tmp_path)  # a reused clone: the agent's directory
+    workspace.place_files(ws, ((f"{workspace.FLEET_DIR}/fleet-file", b"png"),))
+    assert outside.read_text() == "the fleet's" and not (ws.path / workspace.FLEET_DIR).is_symlink()
+
+    os.link(outside, ws.path / workspace.FLEET_DIR / "linked.png")  # a hard link to a fleet file
+    workspace.place_files(ws, ((f"{workspace.FLEET_DIR}/linked.png", b"png"),))
+    assert outside.read_text() == "the fleet's"
+    assert (ws.path / workspace.FLEET_DIR / "linked.png").read_bytes() == b"png"
+
+    with pytest.raises(WorkspaceError, match="not a file name"):
+        workspace.place_files(ws, (("../escape.png", b"x"),))
+    (ws.path / ".git" / "info" / "exclude").write_text("")  # a clone made before FLEET_DIR was excluded
+    with pytest.raises(WorkspaceError, match="not excluded"):
+        workspace.place_files(ws, ((f"{workspace.FLEET_DIR}/a.png", b"x"),))

@@ -33,6 +33,14 @@ def split_system(messages: Messages) -> tuple[str, Messages]:
 
 class AnthropicProvider(Provider):
     name = "anthropic"
+    url_variable = "SYNEDRE_ANTHROPIC_BASE_URL"
+    sdk = "anthropic"
+    default_url = DEFAULT_BASE_URL
+    url_form = "the server's root, without /v1 (the SDK and the agent's CLI add /v1/messages)"
+
+    def probe(self, timeout: float, *, settings: Settings) -> int:
+        client = _client(self.api_key(settings), settings.anthropic_base_url or DEFAULT_BASE_URL)
+        return len(client.models.list(limit=1000, timeout=timeout).data)
 
     def complete(self, model: str, messages: Messages, timeout: float, json_output: bool,
                  temperature: float, max_tokens: int | None, *,

@@ -14,6 +14,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class Provider:
     name: str = ""
+    # Where the provider's server is set, its default, and the form the SDK expects it in.
+    url_variable: str | None = None
+    default_url: str | None = None
+    url_form: str = ""
+    sdk: str = ""  # the module its client comes from: imported before a probe's clock starts
+
+    def base_url(self, settings: Settings) -> str | None:
+        if self.url_variable is None:
+            return None
+        return getattr(settings, self.url_variable.removeprefix("SYNEDRE_").lower()) or self.default_url
+
+    def probe(self, timeout: float, *, settings: Settings) -> int:
+        """The cheapest authenticated call (listing the models, free of charge): how many the
+        server lists; raises as the SDK does (a refused key, a wrong URL, no answer)."""
+        raise NotImplementedError
 
     def available(self, settings: Settings) -> str | None:
         """None when usable, else why not (never the key itself)."""

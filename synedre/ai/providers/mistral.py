@@ -53,6 +53,13 @@ def _text(content: Any) -> str:
 
 class MistralProvider(Provider):
     name = "mistral"
+    url_variable = "SYNEDRE_MISTRAL_SERVER_URL"
+    sdk = "mistralai.client"
+    default_url = "https://api.mistral.ai"
+    url_form = "the server's root, without /v1 (the SDK adds /v1/chat/completions, /v1/embeddings)"
+
+    def probe(self, timeout: float, *, settings: Settings) -> int:
+        return len(self._client(settings).models.list(timeout_ms=int(timeout * 1000)).data or [])
 
     def _client(self, settings: Settings) -> Any:
         return _client(self.api_key(settings), settings.mistral_server_url)

@@ -20,6 +20,13 @@ def _client(api_key: str, base_url: str) -> Any:
 
 class OpenAICompatProvider(Provider):
     name = "openai"
+    sdk = "openai"
+    url_variable = "SYNEDRE_OPENAI_BASE_URL"
+    default_url = DEFAULT_BASE_URL
+    url_form = "with /v1 (the SDK adds /chat/completions, /embeddings)"
+
+    def probe(self, timeout: float, *, settings: Settings) -> int:
+        return len(self._client(settings).models.list(timeout=timeout).data)
 
     def _client(self, settings: Settings) -> Any:
         # Always explicit, so the SDK never falls back to OPENAI_BASE_URL from the environment.
