@@ -21,9 +21,9 @@ def test_a_claimed_stage_cannot_end_outside_its_exits(stage, status):
         runner.settle(NO_DATABASE, claim(stage), runner.Done(status))
 
 
-def test_a_result_computed_in_the_write_is_checked_too():
-    with pytest.raises(ValueError, match="stage qa cannot end in actioned"):
-        runner.settle(NO_DATABASE, claim("qa"), lambda conn: runner.Done(Status.ACTIONED))
+def test_a_claimed_stage_must_write_a_result():
+    with pytest.raises(TypeError, match="stage qa claimed message 1: a Skip writes nothing"):
+        runner.settle(NO_DATABASE, claim("qa"), runner.Skip("nothing"))
 
 
 def test_the_unclaimed_doors_check_where_the_message_is_and_where_it_goes():

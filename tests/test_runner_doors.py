@@ -11,6 +11,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from synedre import db as dbmod, runner
+from synedre.runner import doors
 from synedre.config import Settings
 from synedre.pipeline import BY_NAME, LaunchStatus, Status
 from synedre.stages.poll import ingest_one
@@ -123,70 +124,88 @@ def test_a_held_result_hands_the_message_back_to_wait_with_its_reason_and_until(
     assert audits(conn, mid, "scan_waiting")[1]["until"] is None and state(conn, mid)["waiting_until"] is None
 
 
-def test_a_write_computed_in_the_transaction_is_checked_and_written_like_a_result(conn, mid):
-    with conn.transaction():
-        c = runner.claim(conn, SCAN, mid)
-    def write(tx):  # reads in the write's own transaction: it sees the claim
-        return runner.Done(Status.SCANNED, detail={"seen": state(tx, mid)["status"]})
-    with conn.transaction():
-        out = runner.settle(conn, c, write)
-    assert out.detail == {"seen": "scanning"} and state(conn, mid)["status"] == "scanned"
-
-
 def test_the_lease_is_renewed_only_for_the_owning_attempt(conn, mid):
     with conn.transaction():
         c = runner.claim(conn, SCAN, mid)
     conn.execute("UPDATE synedre.email_states SET claimed_at = now() - interval '1 hour' WHERE message_id = %s",
                  (mid,))
-    assert runner._renew(conn, c) is True
+    assert doors.renew(conn, c) is True
     assert state(conn, mid)["claimed_at"] > datetime.now(UTC) - timedelta(minutes=1)
     stale = runner.Claim(SCAN, mid, c.attempt - 1, c.state)
-    assert runner._renew(conn, stale) is False
+    assert doors.renew(conn, stale) is False
     with conn.transaction():
         runner.settle(conn, c, runner.Done(Status.SCANNED))
-    assert runner._renew(conn, c) is False  # written: nothing left to renew
+    assert doors.renew(conn, c) is False  # written: nothing left to renew
+
+
+class Probe(runner.StageCode):
+    """A stage whose steps record what they see: each in its own transaction, or none."""
+    def __init__(self, stage, conn, mid, work=None, result=None):
+        self.stage, self.conn, self.mid, self.seen = stage, conn, mid, {}
+        self._work, self.result = work, result
+
+    def load(self, tx, c):  # in the claim's transaction: it sees the claim
+        return (state(tx, self.mid)["status"], c.attempt)
+
+    def work(self, c, loaded):
+        if self._work:
+            return self._work()
+        self.seen["work"] = (loaded, c.attempt, state(self.conn, self.mid)["status"])
+        return "worked"
+
+    def write(self, tx, c, worked):
+        self.seen["write"] = (worked, state(tx, self.mid)["status"])
+        return self.result or runner.Done(Status.SCANNED if self.stage == SCAN else Status.QA_PASSED)
+
+    def after(self, c, result):
+        self.seen["after"] = (result.status, state(self.conn, self.mid)["status"])
 
 
 def test_run_claims_loads_works_writes_then_runs_the_after_step(db, conn, mid):
-    seen, after = {}, []
-
-    def load(tx, c):  # in the claim's transaction: it sees the claim
-        return (state(tx, mid)["status"], c.attempt)
-
-    def work(c, loaded):
-        seen["work"] = (loaded, c.attempt, state(conn, mid)["status"])
-        return runner.Done(Status.SCANNED, then=lambda: after.append(state(conn, mid)["status"]))
-    out = runner.run(SCAN, mid, load, work)
+    probe = Probe(SCAN, conn, mid)
+    out = runner.run(probe, mid)
     attempt = state(conn, mid)["stage_attempt"]
-    assert out.status == Status.SCANNED and after == ["scanned"]
-    assert seen["work"] == (("scanning", attempt), attempt, "scanning")
-    again = runner.run(SCAN, mid, load, work)
-    assert again == runner.Skip("already past scan (status scanned)", moved_on=True)
+    assert out.status == Status.SCANNED
+    assert probe.seen == {"work": (("scanning", attempt), attempt, "scanning"), "write": ("worked", "scanning"),
+                          "after": (Status.SCANNED, "scanned")}
+    again = Probe(SCAN, conn, mid)
+    assert runner.run(again, mid) == runner.Skip("already past scan (status scanned)", moved_on=True)
+    assert again.seen == {}  # nothing loaded, worked or written
 
 
-def test_run_writes_nothing_for_a_skip_and_releases_on_an_error(db, conn, mid):
-    assert runner.run(SCAN, mid, lambda tx, c: None, lambda c, _: runner.Skip("nothing")) == runner.Skip("nothing")
-    assert state(conn, mid)["status"] == "scanning"  # a Skip is the stage's own business
-    set_status(conn, mid, Status.RECEIVED)
-
-    def boom(c, _):
+def test_run_releases_on_an_error_and_refuses_a_claimed_skip(db, conn, mid):
+    def boom():
         raise OSError("disk full")
     with pytest.raises(OSError):
-        runner.run(SCAN, mid, lambda tx, c: None, boom)
+        runner.run(Probe(SCAN, conn, mid, work=boom), mid)
     row = state(conn, mid)
     assert row["status"] == "received" and row["waiting_reason"] == "error: OSError: disk full"
     assert audits(conn, mid, "stage_error")[0]["reason"] == "error: OSError: disk full"
+    with pytest.raises(TypeError, match="a Skip writes nothing"):
+        runner.run(Probe(SCAN, conn, mid, result=runner.Skip("nothing")), mid)
+    assert state(conn, mid)["status"] == "received"  # handed back, with its reason
+    assert audits(conn, mid, "stage_error")[1]["reason"].startswith("error: TypeError")
 
 
-def test_run_in_claim_works_and_writes_in_the_claim_s_transaction(db, conn, mid):
-    set_status(conn, mid, Status.SCANNED)
-    out = runner.run_in_claim(OCR, mid, lambda tx, c: runner.Done(
-        Status.READ, detail={"seen": state(tx, mid)["status"], "attempt": c.attempt, "stage": c.stage.name}))
-    row = state(conn, mid)
-    assert out.status == Status.READ and row["status"] == "read"
-    assert out.detail == {"seen": "reading", "attempt": row["stage_attempt"], "stage": "ocr"}
-    assert runner.run_in_claim(OCR, mid, lambda tx, c: runner.Done(Status.READ)) == \
-        runner.Skip("already past ocr (status read)", moved_on=True)
+def test_an_unclaimed_stage_moves_the_message_only_from_where_it_found_it(db, conn, mid):
+    set_status(conn, mid, Status.QA)
+    probe = Probe(QA_ROUTE, conn, mid)
+    out = runner.run(probe, mid)
+    assert out.status == Status.QA_PASSED and state(conn, mid)["status"] == "qa_passed"
+    assert probe.seen["work"] == (("qa", None), None, "qa")  # not claimed: no attempt
+    assert len(audits(conn, mid, "qa_passed")) == 1
+    set_status(conn, mid, Status.QA)
+
+    def moved_meanwhile():  # a concurrent last check wrote the verdict first
+        set_status(conn, mid, Status.QA_FAILED)
+        return "worked"
+    assert runner.run(Probe(QA_ROUTE, conn, mid, work=moved_meanwhile), mid) == \
+        runner.Skip("moved meanwhile from qa: nothing written")
+    assert len(audits(conn, mid, "qa_passed")) == 1
+    set_status(conn, mid, Status.QA)
+    held = runner.run(Probe(QA_ROUTE, conn, mid, result=runner.Held("two routes left", "qa_waiting")), mid)
+    assert held.why == "two routes left" and state(conn, mid)["status"] == "qa"
+    assert state(conn, mid)["waiting_reason"] == "two routes left"
 
 
 @pytest.mark.parametrize("status,why", [

@@ -212,17 +212,24 @@ def why_closed(conn: Conn, message_id: int, approval_id: int | None = None) -> s
     return f"request_already_{row['status']}"
 
 
-def expire(conn: Conn, message_id: int) -> bool:
-    """End a request past its expiry and its message `refused`; False if it was not due."""
+def expired(conn: Conn, message_id: int) -> runner.Done | None:
+    """End a request past its expiry: the result that ends its message `refused` (the approval
+    stage's, written by the runner); None if it was not due."""
     row = conn.execute(
         """UPDATE synedre.approvals SET status = %s, decided_at = now(), decided_by = 'expiry'
             WHERE message_id = %s AND status = %s AND expires_at <= now() RETURNING id, rule, expires_at""",
         (str(ApprovalStatus.EXPIRED), message_id, str(ApprovalStatus.WAITING))).fetchone()
     if row is None:
-        return False
-    done = runner.Done(Status.REFUSED, "approval_expired", {"approval_id": row["id"], "rule": row["rule"],
+        return None
+    return runner.Done(Status.REFUSED, "approval_expired", {"approval_id": row["id"], "rule": row["rule"],
                                                            "expired_at": row["expires_at"].isoformat()})
-    return runner.move(conn, APPROVAL, message_id, done, at=Status.AWAITING_APPROVAL)
+
+
+def expire(conn: Conn, message_id: int) -> bool:
+    """`expired`, and its message moved to `refused`, in the caller's transaction (an
+    operator's tool); False if it was not due."""
+    done = expired(conn, message_id)
+    return done is not None and runner.move(conn, APPROVAL, message_id, done, at=Status.AWAITING_APPROVAL)
 
 
 def released_stage(conn: Conn, message_id: int) -> str:

@@ -6,6 +6,7 @@ itself is his reply's (consumed by the classify stage) or an operator's command.
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 from synedre import db, runner
@@ -13,28 +14,13 @@ from synedre.approvals import decisions
 from synedre.classify.split import split_cover_quoted
 from synedre.config import Settings
 from synedre.db import changes
+from synedre.db.types import Conn
 from synedre.ingest.mime import body_text
 from synedre.log import log
 from synedre.mail import outbound, recap_view
-from synedre.pipeline import BY_NAME, ApprovalStatus, Status
+from synedre.pipeline import BY_NAME, ApprovalStatus
 
 STAGE = BY_NAME["approval"]
-
-
-def _load(message_id: int) -> dict[str, Any] | None:
-    with db.transaction() as conn:
-        row = conn.execute(
-            """SELECT a.*, a.expires_at <= now() AS due, s.status AS message_status, r.mailbox, r.subject,
-                      r.raw, r.message_id AS message_id_header, s.follows_message_id
-                 FROM synedre.approvals a JOIN synedre.email_states s ON s.message_id = a.message_id
-                 JOIN synedre.raw_messages r ON r.id = a.message_id WHERE a.message_id = %s
-                ORDER BY a.id DESC LIMIT 1""",
-            (message_id,)).fetchone()
-        if row is None or row["message_status"] != Status.AWAITING_APPROVAL:
-            return {"skip": runner.why_not(conn, STAGE, message_id)}
-        if row["follows_message_id"]:  # a new request in a recap's thread: what that work changed
-            row["previous"] = changes.of_message(conn, row["follows_message_id"], patch=False)
-    return row
 
 
 def request_text(row: dict[str, Any], cover: str) -> tuple[str, str]:
@@ -90,34 +76,62 @@ def _deploy_request_text(row: dict[str, Any], fence: str) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class _Mailed:
+    """What this run sent: the request (None: the expiry's alert, the request being due)."""
+    row: dict[str, Any]
+    sent: outbound.SendResult | None
+
+
+class Approval(runner.StageCode[dict[str, Any], _Mailed]):
+    """Mail the request (idempotent), or expire it when due: the message then ends `refused`.
+    The message is not claimed: it waits at `awaiting_approval` until a decision moves it."""
+    stage = STAGE
+
+    def load(self, conn: Conn, claim: runner.Claim) -> dict[str, Any] | runner.Skip:
+        row = conn.execute(
+            """SELECT a.*, a.expires_at <= now() AS due, r.mailbox, r.subject, r.raw,
+                      r.message_id AS message_id_header, s.follows_message_id
+                 FROM synedre.approvals a JOIN synedre.email_states s ON s.message_id = a.message_id
+                 JOIN synedre.raw_messages r ON r.id = a.message_id WHERE a.message_id = %s
+                ORDER BY a.id DESC LIMIT 1""",
+            (claim.message_id,)).fetchone()
+        if row is None:
+            return runner.Skip("no approval request")
+        if row["status"] != ApprovalStatus.WAITING:
+            return runner.Skip(f"request already {row['status']}")
+        if row["follows_message_id"]:  # a new request in a recap's thread: what that work changed
+            row["previous"] = changes.of_message(conn, row["follows_message_id"], patch=False)
+        return row
+
+    def work(self, claim: runner.Claim, row: dict[str, Any]) -> _Mailed:
+        mid = claim.message_id
+        if row["due"]:  # one alert first (the facade sends it once), then the request and the message end
+            text = (f"Votre accord n'est pas venu à temps : la demande ({row['rule']}, référence {row['token']}) a"
+                    f" expiré le {row['expires_at']:%Y-%m-%d %H:%M} UTC. Rien n'a été lancé ; le message est clos"
+                    " (refused).")
+            outbound.send_to_founder(db.transaction, row["mailbox"], mid, decisions.EXPIRED_KIND,
+                                     subject=f"Demande expirée : {row['subject'] or '(sans objet)'}", text=text)
+            return _Mailed(row, None)
+        cover = split_cover_quoted(body_text(bytes(row["raw"]))).cover
+        subject, text = request_text(row, cover)
+        kind = decisions.request_kind(row["gate"], row["launch_id"])
+        return _Mailed(row, outbound.send_to_founder(db.transaction, row["mailbox"], mid, kind,
+                                                     subject=subject, text=text))
+
+    def write(self, conn: Conn, claim: runner.Claim, mailed: _Mailed) -> runner.Result:
+        row = mailed.row
+        if mailed.sent is None:
+            return decisions.expired(conn, claim.message_id) or runner.Skip("request no longer open")
+        return runner.Held(f"waiting for the founder's OK until {row['expires_at']:%Y-%m-%d %H:%M} UTC "
+                           f"(rule {row['rule']})", "approval_waiting")
+
+    def after(self, claim: runner.Claim, result: runner.Done | runner.Held) -> None:
+        if isinstance(result, runner.Done):
+            log.warning("approval_expired", message=claim.message_id, rule=result.detail["rule"])
+        elif isinstance(result, runner.Held):
+            log.info("approval_request_mailed", message=claim.message_id)
+
+
 def run(message_id: int, s: Settings | None = None) -> runner.Result:
-    """Mail the request (idempotent), or expire it when due: the message then ends `refused`."""
-    row = _load(message_id)
-    if row is None or "skip" in row:
-        return row["skip"] if row else runner.Skip("no approval request")
-    if row["status"] != ApprovalStatus.WAITING:
-        return runner.Skip(f"request already {row['status']}")
-    if row["due"]:
-        return _expire(row)
-    cover = split_cover_quoted(body_text(bytes(row["raw"]))).cover
-    subject, text = request_text(row, cover)
-    kind = decisions.request_kind(row["gate"], row["launch_id"])
-    sent = outbound.send_to_founder(db.transaction, row["mailbox"], message_id, kind,
-                                    subject=subject, text=text)
-    log.info("approval_request_mailed", message=message_id, outcome=str(sent.outcome), rule=row["rule"])
-    return runner.Held(f"waiting for the founder's OK until {row['expires_at']:%Y-%m-%d %H:%M} UTC "
-                       f"(rule {row['rule']})", "approval_waiting")
-
-
-def _expire(row: dict[str, Any]) -> runner.Result:
-    """One alert first (the facade sends it once), then the request and the message end."""
-    mid = row["message_id"]
-    text = (f"Votre accord n'est pas venu à temps : la demande ({row['rule']}, référence {row['token']}) a expiré"
-            f" le {row['expires_at']:%Y-%m-%d %H:%M} UTC. Rien n'a été lancé ; le message est clos (refused).")
-    outbound.send_to_founder(db.transaction, row["mailbox"], mid, decisions.EXPIRED_KIND,
-                             subject=f"Demande expirée : {row['subject'] or '(sans objet)'}", text=text)
-    with db.transaction() as conn:
-        if not decisions.expire(conn, mid):
-            return runner.why_not(conn, STAGE, mid)
-    log.warning("approval_expired", message=mid, rule=row["rule"])
-    return runner.Done(Status.REFUSED, "approval_expired")
+    return runner.run(Approval(), message_id)

@@ -118,64 +118,87 @@ class Gated:
 DIFF_MAX_CHARS = 20_000
 
 
-def run(message_id: int, s: Settings | None = None) -> runner.Result:
-    s = s or get_settings()
-    return runner.run(STAGE, message_id, _load, lambda claim, loaded: _work(claim, loaded, s))
+@dataclass(frozen=True)
+class _Ran:
+    """The deploy ran (or could not: `result` None when no repository is configured), or it
+    waits for the founder (`result` Gated)."""
+    x: _Loaded
+    decision: Decision
+    result: DeployResult | Gated | None
 
 
-def _load(conn: Conn, claim: runner.Claim) -> _Loaded:
-    launch = launches.latest(conn, claim.message_id)
-    contract = contract_of(launch or {})
-    client, repo = tenants.repo_of_message(conn, claim.message_id)
-    owner, tenant_repo = tenants.repo_of_tenant(conn, contract.tenant)
-    foreign = (tenant_repo or "SYNEDRE_WORKSPACE_REPO") if owner not in (None, client) and tenant_repo != repo else None
-    asks, approved = decisions.gate_deploy(conn, claim.message_id, launch["id"] if launch else None, get_settings())
-    guard = Guard(asks, approved, tenants.baseline(conn, repo))
-    return _Loaded(launch, contract, topology(conn, contract.tenant), repo=repo, foreign=foreign, guard=guard)
+_Worked = Decision | runner.Done | _Ran
 
 
-def _work(claim: runner.Claim, x: _Loaded, s: Settings) -> runner.Done | runner.Write:
-    d = decide(claim.state["intent"], claim.state["complexity"], x.contract, x.tenant.target, x.tenant.base_url)
-    fields = {"intent": d.intent, "complexity": d.complexity}
-    if d.status != Status.DEPLOYED:
-        return runner.Done(d.status, d.event, d.detail, fields,
-                           then=lambda: log.info(d.event, message=claim.message_id, status=str(d.status)))
-    if x.foreign:  # the launch worked in one repository: never deploy another client's
-        return runner.Done(Status.ORCHESTRATION_FAILED, "tenant_repository_mismatch",
-                           {**d.detail, "tenant": x.contract.tenant, "launch_repo": x.repo or "SYNEDRE_WORKSPACE_REPO",
-                            "tenant_repo": x.foreign})
-    try:
-        result = deploy(x.repo, x.tenant, s, x.guard)
-    except DeployError as exc:  # the contract named a target that is no tenant name
-        return runner.Done(Status.ORCHESTRATION_FAILED, "no_deploy_target", {**d.detail, "error": str(exc)})
-    if isinstance(result, Gated):
-        return _ask(claim, x, d, result)
-    ok = bool(result and result.ok)
+class Deploy(runner.StageCode[_Loaded, "_Worked"]):
+    stage = STAGE
 
-    def write(conn: Conn) -> runner.Done:
+    def __init__(self, s: Settings) -> None:
+        self.s = s
+
+    def load(self, conn: Conn, claim: runner.Claim) -> _Loaded:
+        launch = launches.latest(conn, claim.message_id)
+        contract = contract_of(launch or {})
+        client, repo = tenants.repo_of_message(conn, claim.message_id)
+        owner, tenant_repo = tenants.repo_of_tenant(conn, contract.tenant)
+        foreign = (tenant_repo or "SYNEDRE_WORKSPACE_REPO") if owner not in (None, client) and tenant_repo != repo \
+            else None
+        asks, approved = decisions.gate_deploy(conn, claim.message_id, launch["id"] if launch else None, self.s)
+        guard = Guard(asks, approved, tenants.baseline(conn, repo))
+        return _Loaded(launch, contract, topology(conn, contract.tenant), repo=repo, foreign=foreign, guard=guard)
+
+    def work(self, claim: runner.Claim, x: _Loaded) -> _Worked:
+        d = decide(claim.state["intent"], claim.state["complexity"], x.contract, x.tenant.target, x.tenant.base_url)
+        if d.status != Status.DEPLOYED:
+            return d
+        if x.foreign:  # the launch worked in one repository: never deploy another client's
+            return runner.Done(Status.ORCHESTRATION_FAILED, "tenant_repository_mismatch",
+                               {**d.detail, "tenant": x.contract.tenant,
+                                "launch_repo": x.repo or "SYNEDRE_WORKSPACE_REPO", "tenant_repo": x.foreign})
+        try:
+            result = deploy(x.repo, x.tenant, self.s, x.guard)
+        except DeployError as exc:  # the contract named a target that is no tenant name
+            return runner.Done(Status.ORCHESTRATION_FAILED, "no_deploy_target", {**d.detail, "error": str(exc)})
+        return _Ran(x, d, result)
+
+    def write(self, conn: Conn, claim: runner.Claim, worked: _Worked) -> runner.Done:
+        if isinstance(worked, runner.Done):
+            return worked
+        if isinstance(worked, Decision):
+            return runner.Done(worked.status, worked.event, worked.detail, _fields(worked))
+        x, d, result = worked.x, worked.decision, worked.result
+        assert x.launch is not None  # a deploy always follows a launch
+        if isinstance(result, Gated):  # it waits for the founder: his request shows the diff of what changed
+            return decisions.ask_deploy(conn, claim.message_id, x.launch["id"], _told(x, d, result))
+        ok = bool(result and result.ok)
         _record_run(conn, claim.message_id, x, result, ok)
         if result is not None and result.head is not None:  # it ran: its script is the one to compare with
             tenants.set_baseline(conn, x.repo, result.head, claim.message_id)
-        detail = {**d.detail, "exit_code": result.exit_code if result else None,
-                  "timed_out": bool(result and result.timed_out),
+        detail = {**d.detail, "target": x.tenant.target,
+                  "exit_code": result.exit_code if result else None, "timed_out": bool(result and result.timed_out),
                   "deploy_s": round(result.duration_s, 1) if result else None}
         # a failed deploy is a failed check: the agent sees its log in the iteration
         return runner.Done(Status.DEPLOYED if ok else Status.QA_FAILED, None if ok else "deploy_failed",
-                           detail, fields, then=lambda: log.info(str(Status.DEPLOYED) if ok else "deploy_failed",
-                                                                 message=claim.message_id, target=x.tenant.target))
-    return write
+                           detail, _fields(d))
+
+    def after(self, claim: runner.Claim, result: runner.Done | runner.Held) -> None:
+        if isinstance(result, runner.Done):
+            log.info(result.audit_event, message=claim.message_id, status=str(result.status),
+                     target=result.detail.get("target"))
 
 
-def _ask(claim: runner.Claim, x: _Loaded, d: Decision, gated: Gated) -> runner.Write:
-    """The deploy waits for the founder: his request shows the diff of what changed."""
-    told = {"rule": "approval_rule_touches_deploy", "why": "le script de déploiement ou l'infrastructure a changé",
+def run(message_id: int, s: Settings | None = None) -> runner.Result:
+    return runner.run(Deploy(s or get_settings()), message_id)
+
+
+def _fields(d: Decision) -> dict[str, Any]:
+    return {"intent": d.intent, "complexity": d.complexity}
+
+
+def _told(x: _Loaded, d: Decision, gated: Gated) -> dict[str, Any]:
+    return {"rule": "approval_rule_touches_deploy", "why": "le script de déploiement ou l'infrastructure a changé",
             "client": x.contract.tenant, "target": x.tenant.target, "paths": gated.paths, "baseline": gated.baseline,
             "head": gated.head, "diff": gated.diff, "intent": d.intent, "complexity": d.complexity}
-
-    def write(conn: Conn) -> runner.Done:
-        assert x.launch is not None  # a deploy always follows a launch
-        return decisions.ask_deploy(conn, claim.message_id, x.launch["id"], told)
-    return write
 
 
 def deploy(repo_spec: str | None, tenant: Topology, s: Settings, guard: Guard | None = None

@@ -41,26 +41,38 @@ def _chantier(conn, state: dict, msg: ParsedMessage) -> int | None:
     return match(text, [Candidate(r["id"], r["title"], r["m"]) for r in rows])
 
 
+class Materialize(runner.StageCode[None, None]):
+    """Only SQL: the constraint-guarded insert, the link and the audit, in the write."""
+    stage = STAGE
+
+    def load(self, conn: Conn, claim: runner.Claim) -> None:
+        return None
+
+    def work(self, claim: runner.Claim, loaded: None) -> None:
+        return None
+
+    def write(self, conn: Conn, claim: runner.Claim, worked: None) -> runner.Done:
+        state = claim.state
+        intent, title = state["intent"], (state["subject"] or "(sans objet)")[:300]
+        if intent == "noise":
+            return runner.Done(Status.NOISE, "materialize_skipped_noise")
+        chantier = None
+        if intent in ("run", "question"):
+            extra = {"complexity": state["complexity"]} if intent == "run" else {}
+            table = "runs" if intent == "run" else "questions"
+            new_id = _upsert(conn, table, state, title, extra)
+            chantier = _chantier(conn, state, ParsedMessage.from_claim(state, []))
+            if chantier is not None:
+                conn.execute(f"UPDATE synedre.{table} SET chantier_id = %s WHERE id = %s", (chantier, new_id))
+        else:
+            new_id = _insert_once(conn, "negotiations" if intent == "negociation" else "advices", state, title)
+        return runner.Done(Status.MATERIALIZED, detail={"kind": intent, "id": new_id, "chantier_id": chantier},
+                           fields={LINKS[intent]: new_id, "chantier_id": chantier})
+
+    def after(self, claim: runner.Claim, result: runner.Done | runner.Held) -> None:
+        if isinstance(result, runner.Done) and result.status == Status.MATERIALIZED:
+            log.info("materialized", message=claim.message_id, kind=result.detail["kind"], id=result.detail["id"])
+
+
 def run(message_id: int) -> runner.Result:
-    """One short transaction: the claim, the constraint-guarded insert, the link, the audit."""
-    return runner.run_in_claim(STAGE, message_id, _work)
-
-
-def _work(conn: Conn, claim: runner.Claim) -> runner.Done:
-    state = claim.state
-    intent, title = state["intent"], (state["subject"] or "(sans objet)")[:300]
-    if intent == "noise":
-        return runner.Done(Status.NOISE, "materialize_skipped_noise")
-    chantier = None
-    if intent in ("run", "question"):
-        extra = {"complexity": state["complexity"]} if intent == "run" else {}
-        table = "runs" if intent == "run" else "questions"
-        new_id = _upsert(conn, table, state, title, extra)
-        chantier = _chantier(conn, state, ParsedMessage.from_claim(state, []))
-        if chantier is not None:
-            conn.execute(f"UPDATE synedre.{table} SET chantier_id = %s WHERE id = %s", (chantier, new_id))
-    else:
-        new_id = _insert_once(conn, "negotiations" if intent == "negociation" else "advices", state, title)
-    return runner.Done(Status.MATERIALIZED, detail={"kind": intent, "id": new_id, "chantier_id": chantier},
-                       fields={LINKS[intent]: new_id, "chantier_id": chantier},
-                       then=lambda: log.info("materialized", message=claim.message_id, kind=intent, id=new_id))
+    return runner.run(Materialize(), message_id)

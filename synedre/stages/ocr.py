@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from synedre import attachments as files, runner
 from synedre.config import Settings, get_settings
+from synedre.db.types import Conn
 from synedre.log import log
 from synedre.message import ParsedMessage
 from synedre.ocr.tesseract import OcrError, ocr_image
@@ -31,17 +32,31 @@ def texts(msg: ParsedMessage, s: Settings) -> tuple[list[str], list[str]]:
     return out, errors
 
 
+class Ocr(runner.StageCode[ParsedMessage, tuple[int, list[str], list[str]]]):
+    stage = STAGE
+
+    def __init__(self, s: Settings) -> None:
+        self.s = s
+
+    def load(self, conn: Conn, claim: runner.Claim) -> ParsedMessage:
+        return ParsedMessage.read(conn, claim.state)
+
+    def work(self, claim: runner.Claim, msg: ParsedMessage) -> tuple[int, list[str], list[str]]:
+        """(images, texts, errors)."""
+        images = len(files.images(msg.attachments))
+        return (images, *texts(msg, self.s)) if images else (0, [], [])
+
+    def write(self, conn: Conn, claim: runner.Claim, worked: tuple[int, list[str], list[str]]) -> runner.Done:
+        images, found, errors = worked
+        # counts only: the text itself never reaches the database or a log
+        return runner.Done(Status.READ, "ocr_extracted" if images else "ocr_no_images",
+                           {"images": images, "characters": sum(map(len, found)), "errors": errors})
+
+    def after(self, claim: runner.Claim, result: runner.Done | runner.Held) -> None:
+        assert isinstance(result, runner.Done)
+        log.info("ocr_extracted", message=claim.message_id, images=result.detail["images"],
+                 characters=result.detail["characters"])
+
+
 def run(message_id: int, s: Settings | None = None) -> runner.Result:
-    s = s or get_settings()
-    return runner.run(STAGE, message_id, lambda conn, claim: ParsedMessage.read(conn, claim.state),
-                      lambda claim, msg: _work(msg, s))
-
-
-def _work(msg: ParsedMessage, s: Settings) -> runner.Done:
-    images = files.images(msg.attachments)
-    found, errors = texts(msg, s) if images else ([], [])
-    # counts only: the text itself never reaches the database or a log
-    return runner.Done(Status.READ, "ocr_extracted" if images else "ocr_no_images",
-                       {"images": len(images), "characters": sum(map(len, found)), "errors": errors},
-                       then=lambda: log.info("ocr_extracted", message=msg.id, images=len(images),
-                                             characters=sum(map(len, found))))
+    return runner.run(Ocr(s or get_settings()), message_id)

@@ -18,7 +18,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from synedre import db, runner, secrets
+from synedre import runner, secrets
 from synedre.config import Settings, get_settings
 from synedre.db import launches, proofs
 from synedre.db.types import Conn
@@ -48,100 +48,148 @@ class _Loaded:
     run: dict[str, Any]
 
 
-def plan(message_id: int, s: Settings | None = None) -> tuple[runner.Result, int]:
-    """(the result, routes left to check: one `qa_route` task each)."""
-    s = s or get_settings()
-    pending = [0]
-    result = runner.run(PLAN, message_id, _load_plan, lambda claim, x: _plan(claim, x, s, pending))
-    return result, pending[0]
+@dataclass(frozen=True)
+class _Planned:
+    run_id: int
+    routes: list[str]
+    resolutions: list[qa.RouteResolution]
+    checks: list[qa.PageCheck]
+    sitemap_error: str | None
 
 
-def _load_plan(conn: Conn, claim: runner.Claim) -> _Loaded:
-    launch = launches.latest(conn, claim.message_id)
-    if launch is None:
-        raise LookupError(f"message {claim.message_id} is deployed but has no launch")
-    return _Loaded(launch, _one(conn, "SELECT * FROM synedre.qa_runs WHERE launch_id = %s", launch["id"]))
+class Plan(runner.StageCode[_Loaded, _Planned]):
+    """The routes resolved against the sitemap, one `qa_checks` row per page to check."""
+    stage = PLAN
 
+    def __init__(self, s: Settings) -> None:
+        self.s = s
 
-def _plan(claim: runner.Claim, x: _Loaded, s: Settings, pending: list[int]) -> runner.Write:
-    routes = list(getattr(contract_of(x.launch), "routes_to_qa", []))
-    sitemap_error: str | None = None
-    base = x.run["base_url"]
-    try:
-        resolutions = qa.resolve_routes(routes, qa.fetch_sitemap(base, s.qa_timeout_s))
-    except qa.SitemapError as exc:
-        resolutions, sitemap_error = [], str(exc)[:300]
-    checks = qa.plan_checks(resolutions, lambda path: qa.landing(base, path, s.qa_timeout_s))
+    def load(self, conn: Conn, claim: runner.Claim) -> _Loaded:
+        launch = launches.latest(conn, claim.message_id)
+        if launch is None:
+            raise LookupError(f"message {claim.message_id} is deployed but has no launch")
+        return _Loaded(launch, _one(conn, "SELECT * FROM synedre.qa_runs WHERE launch_id = %s", launch["id"]))
 
-    def write(conn: Conn) -> runner.Done:
-        for c in checks:
+    def work(self, claim: runner.Claim, x: _Loaded) -> _Planned:
+        routes = list(getattr(contract_of(x.launch), "routes_to_qa", []))
+        sitemap_error: str | None = None
+        base, timeout = x.run["base_url"], self.s.qa_timeout_s
+        try:
+            resolutions = qa.resolve_routes(routes, qa.fetch_sitemap(base, timeout))
+        except qa.SitemapError as exc:
+            resolutions, sitemap_error = [], str(exc)[:300]
+        checks = qa.plan_checks(resolutions, lambda path: qa.landing(base, path, timeout))
+        return _Planned(x.run["id"], routes, resolutions, checks, sitemap_error)
+
+    def write(self, conn: Conn, claim: runner.Claim, p: _Planned) -> runner.Done:
+        for c in p.checks:
             first = c.routes[0]
             conn.execute(
                 """INSERT INTO synedre.qa_checks (qa_run_id, declared, routes, resolved, resolution, status, reasons)
                    VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (qa_run_id, declared) DO NOTHING""",
-                (x.run["id"], first.declared, [r.declared for r in c.routes], c.page, first.reason,
+                (p.run_id, first.declared, [r.declared for r in c.routes], c.page, first.reason,
                  str(QaCheckStatus.FAILED if c.page is None else QaCheckStatus.PENDING),
                  Jsonb([first.reason] if c.page is None else [])))
-        pending[0] = _one(conn, "SELECT count(*) AS n FROM synedre.qa_checks WHERE qa_run_id = %s"
-                                " AND status = %s", x.run["id"], str(QaCheckStatus.PENDING))["n"]
-        detail = {"routes": routes, "resolved": {r.declared: [r.resolved, r.reason] for r in resolutions},
-                  "pages": {c.page: [r.declared for r in c.routes] for c in checks if c.page},
-                  "to_check": pending[0]}
-        if sitemap_error is None and pending[0] > 0:
+        pending = _one(conn, "SELECT count(*) AS n FROM synedre.qa_checks WHERE qa_run_id = %s"
+                             " AND status = %s", p.run_id, str(QaCheckStatus.PENDING))["n"]
+        detail = {"routes": p.routes, "resolved": {r.declared: [r.resolved, r.reason] for r in p.resolutions},
+                  "pages": {c.page: [r.declared for r in c.routes] for c in p.checks if c.page},
+                  "to_check": pending}
+        if p.sitemap_error is None and pending > 0:
             return runner.Done(Status.QA, "qa_planned", detail)
-        pending[0] = 0
-        _verdict(conn, x.run["id"], passed=False, only_iso=False)
+        _verdict(conn, p.run_id, passed=False, only_iso=False)
         return runner.Done(Status.QA_FAILED, detail={
-            **detail, "reason": sitemap_error and f"sitemap: {sitemap_error}" or "no declared route is in the sitemap"})
-    return write
+            **detail, "to_check": 0,
+            "reason": p.sitemap_error and f"sitemap: {p.sitemap_error}" or "no declared route is in the sitemap"})
 
 
-def check_one(message_id: int, s: Settings | None = None) -> runner.Result:
-    """Check one route of the message; Done with the verdict when this check was the last."""
-    s = s or get_settings()
-    with db.transaction() as conn:
+def plan(message_id: int, s: Settings | None = None) -> tuple[runner.Result, int]:
+    """(the result, routes left to check: one `qa_route` task each)."""
+    result = runner.run(Plan(s or get_settings()), message_id)
+    return result, int(result.detail["to_check"]) if isinstance(result, runner.Done) else 0
+
+
+@dataclass(frozen=True)
+class _Check:
+    """One route claimed for this worker: its row, its run, the page's mock-up here."""
+    row: dict[str, Any]
+    run: dict[str, Any]
+    mockup: Path | None
+
+
+@dataclass(frozen=True)
+class _Checked:
+    check: _Check
+    result: qa.RouteResult | None
+    reasons: list[str]
+    detail: dict[str, Any]
+    shot: bytes | None
+    diff: bytes | None
+
+
+class Route(runner.StageCode[_Check, _Checked]):
+    """Check one route of the message in Chromium; the last check to finish moves the message
+    to its verdict (a concurrent last one finds it moved)."""
+    stage = ROUTE
+
+    def __init__(self, s: Settings) -> None:
+        self.s = s
+
+    def load(self, conn: Conn, claim: runner.Claim) -> _Check | runner.Skip:
         row = conn.execute(
             f"""UPDATE synedre.qa_checks SET status = %(running)s, claimed_at = now()
                  WHERE id = (SELECT c.id FROM synedre.qa_checks c
                                JOIN synedre.qa_runs r ON r.id = c.qa_run_id
-                               JOIN synedre.email_states e ON e.message_id = r.message_id
-                              WHERE r.message_id = %(id)s AND e.status = %(at)s AND r.verdict IS NULL
+                              WHERE r.message_id = %(id)s AND r.verdict IS NULL
                                 AND (c.status = %(pending)s OR (c.status = %(running)s
                                      AND c.claimed_at < now() - interval '{CHECK_LEASE_S} seconds'))
                               ORDER BY c.id LIMIT 1 FOR UPDATE OF c SKIP LOCKED)
              RETURNING id, qa_run_id, routes, resolved""",
-            {"id": message_id, "at": str(Status.QA), "running": str(QaCheckStatus.RUNNING),
+            {"id": claim.message_id, "running": str(QaCheckStatus.RUNNING),
              "pending": str(QaCheckStatus.PENDING)}).fetchone()
         if row is None:
-            return runner.why_not(conn, ROUTE, message_id) if _status(conn, message_id) != Status.QA \
-                else runner.Skip("no route left to check")
+            return runner.Skip("no route left to check")
         run = _one(conn, "SELECT * FROM synedre.qa_runs WHERE id = %s", row["qa_run_id"])
-        mockup = _mockup(conn, message_id, row["resolved"], row["routes"])
-    shot = shots_dir(s, message_id, run["id"]) / f"check-{row['id']}.png"
-    try:
-        result = qa.check_route(run["base_url"], row["resolved"], shot, s.qa_timeout_s, mockup, s.iso_threshold,
-                                browser=qa.kept_browser(s.qa_timeout_s), redact=secrets.redactor(s).redact_text)
-        reasons, detail = list(result.reasons), _detail(result)
-    except (qa.BrowserUnavailable, iso.IsoError) as exc:  # no browser here, an unreadable mock-up
-        result, reasons, detail = None, ["browser_error"], {"error": str(exc)[:300]}
-    shot_bytes, diff_bytes = _proof_bytes(result)
-    with db.transaction() as conn:
+        return _Check(row, run, _mockup(conn, claim.message_id, row["resolved"], row["routes"]))
+
+    def work(self, claim: runner.Claim, c: _Check) -> _Checked:
+        s = self.s
+        shot = shots_dir(s, claim.message_id, c.run["id"]) / f"check-{c.row['id']}.png"
+        try:
+            result = qa.check_route(c.run["base_url"], c.row["resolved"], shot, s.qa_timeout_s, c.mockup,
+                                    s.iso_threshold, browser=qa.kept_browser(s.qa_timeout_s),
+                                    redact=secrets.redactor(s).redact_text)
+            reasons, detail = list(result.reasons), _detail(result)
+        except (qa.BrowserUnavailable, iso.IsoError) as exc:  # no browser here, an unreadable mock-up
+            result, reasons, detail = None, ["browser_error"], {"error": str(exc)[:300]}
+        return _Checked(c, result, reasons, detail, *_proof_bytes(result))
+
+    def write(self, conn: Conn, claim: runner.Claim, done: _Checked) -> runner.Result:
+        r, row = done.result, done.check.row
         conn.execute(
             """UPDATE synedre.qa_checks SET status = %s, reasons = %s, detail = %s, http_status = %s,
                       screenshot = %s, diff_image = %s, screenshot_proof = %s, diff_proof = %s
                 WHERE id = %s AND status = %s""",
-            (str(QaCheckStatus.FAILED if reasons else QaCheckStatus.PASSED), Jsonb(reasons), Jsonb(detail),
-             result.http_status if result else None,
-             str(result.screenshot) if result and result.screenshot else None,
-             str(result.iso.diff_image) if result and result.iso and result.iso.diff_image else None,
-             shot_bytes and proofs.store(conn, shot_bytes, "screenshot"),
-             diff_bytes and proofs.store(conn, diff_bytes, "diff"), row["id"], str(QaCheckStatus.RUNNING)))
-        return _last_check(conn, message_id, run["id"], row["resolved"])
+            (str(QaCheckStatus.FAILED if done.reasons else QaCheckStatus.PASSED), Jsonb(done.reasons),
+             Jsonb(done.detail), r.http_status if r else None, str(r.screenshot) if r and r.screenshot else None,
+             str(r.iso.diff_image) if r and r.iso and r.iso.diff_image else None,
+             done.shot and proofs.store(conn, done.shot, "screenshot"),
+             done.diff and proofs.store(conn, done.diff, "diff"), row["id"], str(QaCheckStatus.RUNNING)))
+        return _last_check(conn, done.check.run["id"], row["resolved"])
+
+    def after(self, claim: runner.Claim, result: runner.Done | runner.Held) -> None:
+        if isinstance(result, runner.Done):
+            log.info("qa_verdict", message=claim.message_id, passed=result.status == Status.QA_PASSED,
+                     reasons=result.detail["reasons"])
 
 
-def _last_check(conn: Conn, message_id: int, run_id: int, route: str) -> runner.Result:
-    """When no route of the run is left, the verdict: the last check to finish moves the
-    message on; a concurrent last one finds it moved."""
+def check_one(message_id: int, s: Settings | None = None) -> runner.Result:
+    """Check one route of the message; Done with the verdict when this check was the last."""
+    return runner.run(Route(s or get_settings()), message_id)
+
+
+def _last_check(conn: Conn, run_id: int, route: str) -> runner.Result:
+    """When no route of the run is left, the verdict (the runner moves the message on)."""
     left = _one(conn, "SELECT count(*) AS n FROM synedre.qa_checks WHERE qa_run_id = %s AND status = ANY(%s)",
                 run_id, [str(QaCheckStatus.PENDING), str(QaCheckStatus.RUNNING)])["n"]
     if left:
@@ -150,14 +198,9 @@ def _last_check(conn: Conn, message_id: int, run_id: int, route: str) -> runner.
     passed = all(c["status"] == QaCheckStatus.PASSED for c in checks)
     failed_reasons = {r for c in checks for r in c["reasons"]}
     only_iso = not passed and failed_reasons == {iso.ISO_MISMATCH}
-    verdict = runner.Done(Status.QA_PASSED if passed else Status.QA_FAILED,
-                          detail={"routes": len(checks), "reasons": sorted(failed_reasons),
-                                  "only_iso_mismatch": only_iso})
-    if not runner.move(conn, ROUTE, message_id, verdict, at=Status.QA):
-        return runner.Skip("verdict already written")
     _verdict(conn, run_id, passed=passed, only_iso=only_iso)
-    log.info("qa_verdict", message=message_id, passed=passed, reasons=sorted(failed_reasons))
-    return verdict
+    return runner.Done(Status.QA_PASSED if passed else Status.QA_FAILED,
+                       detail={"routes": len(checks), "reasons": sorted(failed_reasons), "only_iso_mismatch": only_iso})
 
 
 def _one(conn: Any, query: str, *args: Any) -> dict[str, Any]:
@@ -165,11 +208,6 @@ def _one(conn: Any, query: str, *args: Any) -> dict[str, Any]:
     if row is None:
         raise LookupError(f"expected a row: {query[:60]}")
     return row
-
-
-def _status(conn: Any, message_id: int) -> str | None:
-    row = conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s", (message_id,)).fetchone()
-    return row["status"] if row else None
 
 
 def _verdict(conn: Any, run_id: int, *, passed: bool, only_iso: bool) -> None:

@@ -119,37 +119,51 @@ def _patches(found: list[dict[str, Any]], into: Path) -> list[Path]:
     return paths
 
 
+class Recap(runner.StageCode[dict[str, Any], tuple[outbound.SendResult, int]]):
+    """The draft reply (stored once, before anything else can fail: never paid twice), then
+    the mail, sent once by the facade; a send whose outcome is unknown waits for an operator."""
+    stage = STAGE
+
+    def load(self, conn: Any, claim: runner.Claim) -> dict[str, Any]:
+        return _facts(conn, claim.message_id)
+
+    def work(self, claim: runner.Claim, facts: dict[str, Any]) -> tuple[outbound.SendResult, int]:
+        message_id, draft = claim.message_id, facts["draft"]
+        if draft is None:
+            draft, source = draft_reply(facts)
+            with db.transaction() as conn:
+                conn.execute("INSERT INTO synedre.reply_drafts (message_id, question_id, body, source)"
+                             " SELECT %s, question_id, %s, %s FROM synedre.email_states WHERE message_id = %s"
+                             " ON CONFLICT (message_id) DO NOTHING", (message_id, draft, source, message_id))
+        text, html, shots = compose(facts, draft)
+        try:
+            with tempfile.TemporaryDirectory(prefix="recap-") as tmp:  # the patches, for the mail's making only
+                shots += _patches(facts["changes"], Path(tmp))
+                sent = outbound.send_to_founder(db.transaction, facts["mailbox"], message_id, "recap",
+                                                subject=facts["subject"] or "(sans objet)", text=text, html=html,
+                                                attachments=shots)
+        except outbound.MailNotSent as exc:
+            raise RecapDeferred(str(exc)) from exc
+        if sent.outcome == outbound.SendOutcome.IN_PROGRESS:
+            raise RecapDeferred("another execution is sending this recap")
+        return sent, len(shots)
+
+    def write(self, conn: Any, claim: runner.Claim, worked: tuple[outbound.SendResult, int]) -> runner.Result:
+        sent, attached = worked
+        if sent.outcome == outbound.SendOutcome.SEND_UNKNOWN:
+            return runner.Held("recap may have been sent (connection lost during DATA): check the mailbox, then "
+                               "resolve it", "recap_send_unknown")
+        return runner.Done(Status.ACTIONED, "recap_sent", {
+            "outcome": str(sent.outcome), "rfc_message_id": sent.rfc_message_id,
+            "attachments": attached - len(sent.skipped), "skipped": [k.name for k in sent.skipped]})
+
+    def after(self, claim: runner.Claim, result: runner.Done | runner.Held) -> None:
+        if isinstance(result, runner.Done):
+            log.info("recap_sent", message=claim.message_id, outcome=result.detail["outcome"])
+
+
 def run(message_id: int, s: Settings | None = None) -> runner.Result:
-    return runner.run(STAGE, message_id, lambda conn, claim: _facts(conn, message_id), _work)
-
-
-def _work(claim: runner.Claim, facts: dict[str, Any]) -> runner.Done | runner.Held:
-    message_id = claim.message_id
-    draft = facts["draft"]
-    if draft is None:  # once answered, stored before anything else can fail: never paid twice
-        draft, source = draft_reply(facts)
-        with db.transaction() as conn:
-            conn.execute("INSERT INTO synedre.reply_drafts (message_id, question_id, body, source)"
-                         " SELECT %s, question_id, %s, %s FROM synedre.email_states WHERE message_id = %s"
-                         " ON CONFLICT (message_id) DO NOTHING", (message_id, draft, source, message_id))
-    text, html, shots = compose(facts, draft)
-    try:
-        with tempfile.TemporaryDirectory(prefix="recap-") as tmp:  # the patches, for the mail's making only
-            shots += _patches(facts["changes"], Path(tmp))
-            sent = outbound.send_to_founder(db.transaction, facts["mailbox"], message_id, "recap",
-                                            subject=facts["subject"] or "(sans objet)", text=text, html=html,
-                                            attachments=shots)
-    except outbound.MailNotSent as exc:
-        raise RecapDeferred(str(exc)) from exc
-    if sent.outcome == outbound.SendOutcome.IN_PROGRESS:
-        raise RecapDeferred("another execution is sending this recap")
-    if sent.outcome == outbound.SendOutcome.SEND_UNKNOWN:
-        return runner.Held("recap may have been sent (connection lost during DATA): check the mailbox, then "
-                           "resolve it", "recap_send_unknown")
-    return runner.Done(Status.ACTIONED, "recap_sent", {
-        "outcome": str(sent.outcome), "rfc_message_id": sent.rfc_message_id,
-        "attachments": len(shots) - len(sent.skipped), "skipped": [k.name for k in sent.skipped]},
-        then=lambda: log.info("recap_sent", message=message_id, outcome=str(sent.outcome)))
+    return runner.run(Recap(), message_id)
 
 
 def alert(message_id: int, s: Settings | None = None) -> str:

@@ -28,39 +28,50 @@ def verdicts(rows: list[dict], data: dict[int, bytes | None], s: Settings) -> di
     return out
 
 
-def run(message_id: int, s: Settings | None = None) -> runner.Result:
-    s = s or get_settings()
-    return runner.run(STAGE, message_id, lambda conn, claim: ParsedMessage.read(conn, claim.state),
-                      lambda claim, msg: _work(msg, s))
+class Scan(runner.StageCode[ParsedMessage, dict[int, Verdict]]):
+    stage = STAGE
 
+    def __init__(self, s: Settings) -> None:
+        self.s = s
 
-def _work(msg: ParsedMessage, s: Settings) -> runner.Write:
-    """clamd is called with no transaction open and no connection held."""
-    rows = list(msg.attachments)
-    found = verdicts(rows, files.payloads(msg.files_state(), rows), s) if rows else {}
-    unsafe = {i: v for i, v in found.items() if v.status != "clean"}
+    def load(self, conn: Conn, claim: runner.Claim) -> ParsedMessage:
+        return ParsedMessage.read(conn, claim.state)
 
-    def write(conn: Conn) -> runner.Done:
+    def work(self, claim: runner.Claim, msg: ParsedMessage) -> dict[int, Verdict]:
+        rows = list(msg.attachments)
+        return verdicts(rows, files.payloads(msg.files_state(), rows), self.s) if rows else {}
+
+    def write(self, conn: Conn, claim: runner.Claim, found: dict[int, Verdict]) -> runner.Done:
         for idx, v in found.items():
             conn.execute("UPDATE synedre.attachments SET verdict = %s, signature = %s, scanned_at = now()"
-                         " WHERE message_id = %s AND idx = %s", (v.status, v.signature, msg.id, idx))
-        if not unsafe:
-            return runner.Done(Status.SCANNED, detail={"attachments": len(found)},
-                               then=lambda: log.info("scanned", message=msg.id, attachments=len(found),
-                                                     clean=len(found)))
+                         " WHERE message_id = %s AND idx = %s", (v.status, v.signature, claim.message_id, idx))
+        if not (unsafe := _unsafe(found)):
+            return runner.Done(Status.SCANNED, detail={"attachments": len(found)})
         return runner.Done(Status.BLOCKED_UNSAFE_ATTACHMENT, "classify_blocked_unsafe_attachments", {
-            "reason": _reason(unsafe), "attachments": [{"idx": i, "verdict": v.status, "signature": v.signature,
-                                                        "detail": v.detail} for i, v in unsafe.items()]},
-            then=lambda: _blocked(msg, len(found), unsafe))
-    return write
+            "reason": _reason(unsafe), "scanned": len(found),
+            "attachments": [{"idx": i, "verdict": v.status, "signature": v.signature, "detail": v.detail}
+                            for i, v in unsafe.items()]})
+
+    def after(self, claim: runner.Claim, result: runner.Done | runner.Held) -> None:
+        assert isinstance(result, runner.Done)
+        if result.status == Status.SCANNED:
+            n = result.detail["attachments"]
+            log.info("scanned", message=claim.message_id, attachments=n, clean=n)
+            return
+        # "infected" and "scanner down" must not read alike in the log
+        unsafe = result.detail["attachments"]
+        log.warning("scan_blocked", message=claim.message_id, attachments=result.detail["scanned"],
+                    infected=sum(u["verdict"] == "infected" for u in unsafe),
+                    errors=sum(u["verdict"] == "error" for u in unsafe), reason=result.detail["reason"])
+        files.remove(claim.state["attachments_dir"])  # nothing downstream will read them
 
 
-def _blocked(msg: ParsedMessage, scanned: int, unsafe: dict[int, Verdict]) -> None:
-    # "infected" and "scanner down" must not read alike in the log
-    log.warning("scan_blocked", message=msg.id, attachments=scanned,
-                infected=sum(v.status == "infected" for v in unsafe.values()),
-                errors=sum(v.status == "error" for v in unsafe.values()), reason=_reason(unsafe))
-    files.remove(msg.attachments_dir)  # nothing downstream will read them
+def run(message_id: int, s: Settings | None = None) -> runner.Result:
+    return runner.run(Scan(s or get_settings()), message_id)
+
+
+def _unsafe(found: dict[int, Verdict]) -> dict[int, Verdict]:
+    return {i: v for i, v in found.items() if v.status != "clean"}
 
 
 def _reason(unsafe: dict[int, Verdict]) -> str:

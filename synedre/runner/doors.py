@@ -1,143 +1,26 @@
-"""The stage runner: the one door through which a message's status changes.
+"""The doors: every write of a message's status (`email_states.status`) is in this module,
+each checked against the pipeline table (synedre/pipeline.py): a stage may leave only by one
+of its exits, and only the execution that claimed a message may write its result.
 
-Every write of `email_states.status` is in this module, and each is checked against the
-pipeline table (synedre/pipeline.py): a stage may leave only by one of its exits, and
-only the stage that claimed a message may write its result.
-
-A stage gives the runner three things: what it loads in the claim's transaction, the work
-it does with no transaction open and no connection held, and the result of that work as a
-typed value:
-
-- `Done(status, ...)`: the message moves to one of the stage's exits, with its audit row,
-  fenced by the claim's attempt (a superseded execution writes nothing: `FencedOut`);
-- `Held(why, until)`: the message goes back to the stage's entry status to wait, saying why;
-- `Skip(why)`: nothing was done and nothing written (the message is not at the stage).
-
-A result may also be a function of the write's transaction returning one of these, for a
-stage whose verdict depends on rows it writes with it (the QA plan counts the routes it
-recorded). Claim, work, write: the claim is one short transaction; the write a second one
-that succeeds only while the claim's attempt still owns the message; between the two the
-claim is a lease renewed in the background, and an error hands the message back to its
-entry status at once (audit `stage_error`). The launch (spawn) and its resume, the QA verdict, the
-escalation, the sweep's reclaim, an operator's retry and the admission of a new message are
-the other doors here, each conditional on the status it leaves.
+A stage's own result goes through `claim`, then `write` or `release` (called by the runner,
+synedre/runner/__init__.py) or `move` for a stage that does not claim the message (the QA
+verdict, an approval's expiry); the launch (spawn) and its resume, the escalation, the sweep's
+reclaim, an operator's retry and the admission of a new message are the other doors, each
+conditional on the status it leaves.
 """
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
-from synedre import db
 from synedre.db import launches
 from synedre.db.launches import LaunchClaim
 from synedre.db.messages import audit
 from synedre.db.types import Conn, FencedOut
-from synedre.log import log
 from synedre.pipeline import BY_NAME, STAGES, LaunchStatus, Stage, Status, consumer_of, position, running_stage
+from synedre.runner.results import Claim, Done, RetryRefused, Skip
 
-L = TypeVar("L")
 SPAWN = BY_NAME["spawn"]
-
-
-# -- results ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Done:
-    """The stage's work is done: the message moves to `status`, one of the stage's exits."""
-    status: Status
-    event: str | None = None  # the audit event; the status's own name when None
-    detail: Mapping[str, Any] = field(default_factory=dict)
-    fields: Mapping[str, Any] = field(default_factory=dict)  # columns of the state row written with it
-    then: Callable[[], None] | None = None  # after the commit: files removed, a log line
-
-    @property
-    def audit_event(self) -> str:
-        return str(self.event or self.status)
-
-
-@dataclass(frozen=True)
-class Held:
-    """Back to the stage's entry status to wait: why (the waiting reason an operator reads),
-    until when, the audit event. `retry`: the task should run the stage again later."""
-    why: str
-    event: str
-    until: datetime | None = None
-    retry: bool = False
-
-
-@dataclass(frozen=True)
-class Skip:
-    """Nothing done, nothing written. `moved_on`: the message is past this stage, and the
-    task of the stage it waits for may have been lost (a worker killed between its commit
-    and its enqueue): the caller offers it that stage again."""
-    why: str
-    moved_on: bool = False
-
-
-Result = Done | Held | Skip
-Write = Callable[[Conn], "Done | Held"]
-
-
-
-class RetryRefused(ValueError):
-    """`synedre retry` cannot send this message back (the reason is the message)."""
-
-
-@dataclass(frozen=True)
-class Claim:
-    stage: Stage
-    message_id: int
-    attempt: int
-    state: dict[str, Any]  # the state row joined with its raw message, as claimed
-
-
-# -- running a stage ---------------------------------------------------------------------
-
-def run(stage: Stage, message_id: int, load: Callable[[Conn, Claim], L],
-        work: Callable[[Claim, L], Done | Held | Skip | Write]) -> Result:
-    """Claim, load (in the claim's transaction), work (no transaction open), write."""
-    with db.transaction() as conn:
-        claimed = claim(conn, stage, message_id)
-        if claimed is None:
-            return why_not(conn, stage, message_id)
-        loaded = load(conn, claimed)
-    with working(claimed):
-        result = work(claimed, loaded)
-        if not isinstance(result, Skip):
-            with db.transaction() as conn:
-                result = settle(conn, claimed, result)
-    return _after(result)
-
-
-def run_in_claim(stage: Stage, message_id: int, work: Callable[[Conn, Claim], Done | Held]) -> Result:
-    """For a stage whose work is only SQL: claim, work and write in one short transaction."""
-    with db.transaction() as conn:
-        claimed = claim(conn, stage, message_id)
-        if claimed is None:
-            return why_not(conn, stage, message_id)
-        result = settle(conn, claimed, work(conn, claimed))
-    return _after(result)
-
-
-def settle(conn: Conn, c: Claim, result: Done | Held | Write) -> Done | Held:
-    """Write a claimed stage's result in the caller's transaction."""
-    if not isinstance(result, Done | Held):
-        result = result(conn)
-    if isinstance(result, Done):
-        _write(conn, c, result)
-    elif not _release(conn, c, reason=result.why, event=result.event, until=result.until):
-        raise FencedOut(f"message {c.message_id}: {c.stage.name} attempt {c.attempt} no longer owns it")
-    return result
-
-
-def _after(result: Result) -> Result:
-    if isinstance(result, Done) and result.then is not None:
-        result.then()
-    return result
 
 
 # -- the claimed stage's transitions -------------------------------------------------------
@@ -153,13 +36,26 @@ def claim(conn: Conn, stage: Stage, message_id: int) -> Claim | None:
         (stage.running, message_id, [str(s) for s in stage.entry])).fetchone()
     if row is None:
         return None
-    state = conn.execute(
+    state = _state(conn, message_id)
+    assert state is not None  # the row was just updated in this transaction
+    return Claim(stage, message_id, row["stage_attempt"], state)
+
+
+def look(conn: Conn, stage: Stage, message_id: int) -> Claim | None:
+    """For a stage that does not claim the message: the message where it is, when that is
+    one of the stage's entry statuses (its result is then conditional on it: `move`)."""
+    state = _state(conn, message_id)
+    if state is None or state["status"] not in stage.entry:
+        return None
+    return Claim(stage, message_id, None, state)
+
+
+def _state(conn: Conn, message_id: int) -> dict[str, Any] | None:
+    return conn.execute(
         """SELECT s.*, r.mailbox, r.message_id AS message_id_header, r.envelope_from,
                   r.subject, r.dkim_pass, r.raw
              FROM synedre.email_states s JOIN synedre.raw_messages r ON r.id = s.message_id
             WHERE s.message_id = %s""", (message_id,)).fetchone()
-    assert state is not None  # the row was just updated in this transaction
-    return Claim(stage, message_id, row["stage_attempt"], state)
 
 
 def why_not(conn: Conn, stage: Stage, message_id: int) -> Skip:
@@ -178,7 +74,7 @@ def why_not(conn: Conn, stage: Stage, message_id: int) -> Skip:
     return Skip(f"not yet at {stage.name} (status {status})")
 
 
-def _write(conn: Conn, c: Claim, done: Done) -> None:
+def write(conn: Conn, c: Claim, done: Done) -> None:
     """The stage's result and its audit row, only while the claim still owns the message.
 
     The audit carries `duration_s`, the time from the claim (its `status_at`, which lease
@@ -203,7 +99,7 @@ def _write(conn: Conn, c: Claim, done: Done) -> None:
           **{**done.detail, "stage": c.stage.name, "attempt": c.attempt, **took})
 
 
-def _release(conn: Conn, c: Claim, *, reason: str, event: str, until: datetime | None = None) -> bool:
+def release(conn: Conn, c: Claim, *, reason: str, event: str, until: datetime | None = None) -> bool:
     """Hand the message back to the stage's entry status to wait; False when superseded."""
     cur = conn.execute(
         """UPDATE synedre.email_states SET status = %s, claimed_at = NULL, updated_at = now(),
@@ -227,46 +123,10 @@ CLAIM_RENEW_S = 10.0
 CLAIM_LEASE_S = 40.0
 
 
-def _renew(conn: Conn, c: Claim) -> bool:
+def renew(conn: Conn, c: Claim) -> bool:
     cur = conn.execute("UPDATE synedre.email_states SET claimed_at = now() WHERE message_id = %s"
                        " AND status = %s AND stage_attempt = %s", (c.message_id, str(c.stage.running), c.attempt))
     return cur.rowcount == 1
-
-
-@contextmanager
-def working(c: Claim) -> Iterator[None]:
-    """Around a stage's work and write: the claim's lease is renewed in the background, and
-    an error hands the message back to its entry status with the reason (audit
-    `stage_error`), so a retry or the sweep can take it at once instead of finding it
-    claimed; the error is then re-raised for the task to handle."""
-    stop = threading.Event()
-
-    def keep_alive() -> None:
-        while not stop.wait(CLAIM_RENEW_S):
-            try:
-                with db.transaction() as conn:
-                    if not _renew(conn, c):
-                        return  # superseded or written: nothing left to renew
-            except Exception as exc:  # the database may be restarting: try again next period
-                log.warning("claim_renew_failed", message=c.message_id, stage=c.stage.name,
-                            error=type(exc).__name__)
-    beat = threading.Thread(target=keep_alive, name=f"lease-{c.message_id}", daemon=True)
-    beat.start()
-    try:
-        yield
-    except FencedOut:
-        raise
-    except BaseException as exc:
-        reason = f"error: {type(exc).__name__}: {exc}"[:300]
-        try:
-            with db.transaction() as conn:
-                _release(conn, c, reason=reason, event="stage_error")
-        except Exception as again:  # the database itself may be what failed
-            log.warning("stage_release_failed", message=c.message_id, stage=c.stage.name,
-                        error=type(again).__name__)
-        raise
-    finally:
-        stop.set()
 
 
 def set_waiting(conn: Conn, message_id: int, reason: str, until: datetime | None = None) -> None:
@@ -438,8 +298,3 @@ def reenter(conn: Conn, message_id: int, from_stage: str | None, *, reason: str,
     audit(conn, message_id, "retry_requested", reason=reason, by=by, stage=target.name,
           from_status=row["status"], to_status=str(target.entry[0]))
     return target, row["status"]
-
-
-__all__ = ["CLAIM_LEASE_S", "Claim", "Done", "FencedOut", "Held", "Result", "RetryRefused", "Skip",
-           "Write", "admit", "claim", "claim_launch", "claim_resume", "finish_launch", "move", "reclaim_stale",
-           "reenter", "retry_target", "run", "run_in_claim", "set_waiting", "settle", "why_not", "working"]

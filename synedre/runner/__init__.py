@@ -1,0 +1,158 @@
+"""The stage runner: it calls a stage in one direction and writes its result through a door.
+
+A stage is a small object (`StageCode`) with three methods the runner calls in order:
+
+1. `load(conn, claim)`, in the claim's transaction: what the work needs from the database;
+2. `work(claim, loaded)`, with no transaction open and no connection held: the slow part
+   (clamd, OCR, the LLM, a deploy, a browser, SMTP), returning a plain value;
+3. `write(conn, claim, worked)`, in a second short transaction: the stage's rows, and its
+   result as a typed value (`Done`, `Held`, `Skip`), which the runner writes through a door
+   (synedre/runner/doors.py) in that same transaction;
+
+then `after(claim, result)` once a result is written and committed (a log line, files removed). Nothing
+comes back as a closure and nothing leaves through a mutable argument.
+
+A stage whose pipeline entry has a running status claims the message (`doors.claim`, with
+a new attempt number that fences its write: a superseded execution writes nothing,
+`FencedOut`); between the claim and the write the claim is a lease renewed in the
+background, and an error hands the message back to its entry status at once (audit
+`stage_error`). A stage with none (`approval`, `qa_route`) works on the message where it
+is: its `Done` moves it only if it is still at the status it was found at (`doors.move`).
+"""
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import ClassVar, Generic, TypeVar
+
+from synedre import db
+from synedre.db.types import Conn, FencedOut
+from synedre.log import log
+from synedre.pipeline import Stage
+from synedre.runner import doors
+from synedre.runner.doors import (
+    CLAIM_LEASE_S,
+    CLAIM_RENEW_S,
+    admit,
+    claim,
+    claim_launch,
+    claim_resume,
+    finish_launch,
+    move,
+    reclaim_stale,
+    reenter,
+    retry_target,
+    set_waiting,
+    why_not,
+)
+from synedre.runner.results import Claim, Done, Held, Result, RetryRefused, Skip
+
+L = TypeVar("L")
+W = TypeVar("W")
+
+
+class StageCode(ABC, Generic[L, W]):
+    """One stage of the pipeline table, as the runner calls it (see the module's docstring)."""
+    stage: ClassVar[Stage]
+
+    @abstractmethod
+    def load(self, conn: Conn, claim: Claim) -> L | Skip:
+        """What the work needs, read in the claim's transaction. A stage that does not claim
+        the message may answer `Skip` here (nothing for it to do)."""
+
+    @abstractmethod
+    def work(self, claim: Claim, loaded: L) -> W:
+        """The slow part, with no transaction open."""
+
+    @abstractmethod
+    def write(self, conn: Conn, claim: Claim, worked: W) -> Result:
+        """The stage's rows and its result, in the write's transaction."""
+
+    def after(self, claim: Claim, result: Done | Held) -> None:
+        """Once the result is written and committed: what must not happen before (nothing by
+        default). Not called when nothing was written (`Skip`)."""
+
+
+def run(code: StageCode[L, W], message_id: int) -> Result:
+    """Claim (or find), load, work with no transaction open, write, then `after`."""
+    stage = code.stage
+    with db.transaction() as conn:
+        found = claim(conn, stage, message_id) if stage.running else doors.look(conn, stage, message_id)
+        if found is None:
+            return why_not(conn, stage, message_id)
+        loaded = code.load(conn, found)
+    if isinstance(loaded, Skip):
+        if found.attempt is not None:
+            raise TypeError(f"stage {stage.name} claimed message {message_id}: it must write a result")
+        return loaded
+    with working(found):
+        worked = code.work(found, loaded)
+        with db.transaction() as conn:
+            result = settle(conn, found, code.write(conn, found, worked))
+    if not isinstance(result, Skip):
+        code.after(found, result)
+    return result
+
+
+def settle(conn: Conn, c: Claim, result: Result) -> Result:
+    """Write a stage's result in the caller's transaction, through the door its claim allows."""
+    if c.attempt is None:  # not claimed: conditional on the status it was found at
+        if isinstance(result, Done) and not move(conn, c.stage, c.message_id, result, at=c.state["status"]):
+            return Skip(f"moved meanwhile from {c.state['status']}: nothing written")  # a concurrent verdict
+        if isinstance(result, Held):
+            set_waiting(conn, c.message_id, result.why, result.until)
+        return result
+    if isinstance(result, Done):
+        doors.write(conn, c, result)
+    elif isinstance(result, Held):
+        if not doors.release(conn, c, reason=result.why, event=result.event, until=result.until):
+            raise FencedOut(f"message {c.message_id}: {c.stage.name} attempt {c.attempt} no longer owns it")
+    else:
+        raise TypeError(f"stage {c.stage.name} claimed message {c.message_id}: a Skip writes nothing")
+    return result
+
+
+@contextmanager
+def working(c: Claim) -> Iterator[None]:
+    """Around a claimed stage's work and write: the claim's lease is renewed in the
+    background, and an error hands the message back to its entry status with the reason
+    (audit `stage_error`), so a retry or the sweep can take it at once instead of finding it
+    claimed; the error is then re-raised for the task to handle."""
+    if c.attempt is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def keep_alive() -> None:
+        while not stop.wait(CLAIM_RENEW_S):
+            try:
+                with db.transaction() as conn:
+                    if not doors.renew(conn, c):
+                        return  # superseded or written: nothing left to renew
+            except Exception as exc:  # the database may be restarting: try again next period
+                log.warning("claim_renew_failed", message=c.message_id, stage=c.stage.name,
+                            error=type(exc).__name__)
+    beat = threading.Thread(target=keep_alive, name=f"lease-{c.message_id}", daemon=True)
+    beat.start()
+    try:
+        yield
+    except FencedOut:
+        raise
+    except BaseException as exc:
+        reason = f"error: {type(exc).__name__}: {exc}"[:300]
+        try:
+            with db.transaction() as conn:
+                doors.release(conn, c, reason=reason, event="stage_error")
+        except Exception as again:  # the database itself may be what failed
+            log.warning("stage_release_failed", message=c.message_id, stage=c.stage.name,
+                        error=type(again).__name__)
+        raise
+    finally:
+        stop.set()
+
+
+__all__ = ["CLAIM_LEASE_S", "Claim", "Done", "FencedOut", "Held", "Result", "RetryRefused", "Skip", "StageCode",
+           "admit", "claim", "claim_launch", "claim_resume", "finish_launch", "move", "reclaim_stale", "reenter",
+           "retry_target", "run", "set_waiting", "settle", "why_not", "working"]
