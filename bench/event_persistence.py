@@ -5,7 +5,7 @@ the stream, in reads of `launcher.READ_SIZE`, go through `_Stream` (`LineReader`
 stripped to its length; each message's events held until it ends, its text blocks
 redacted joined as well; then `Redactor.redact_obj` and `parse_event` on each event),
 whose `_EventWriter` hands the batches to a writer thread calling `launches.add_events` in
-one transaction per call, as synedre/stages/spawn.py's `persist` does. Its rate runs from
+one transaction per call, as synedre/stages/spawn/launch.py's `persist` does. Its rate runs from
 the first read to the last row committed. The NDJSON copy the runner also writes is left
 out (`ndjson=None`): only the redaction and the database are measured.
 
@@ -94,7 +94,7 @@ def redacted(pg_url: str, state_dir: Path, data: bytes, tag: str) -> dict:
     claim = new_launch(pg_url, state_dir, tag)
     seq, calls, writer_busy = [0], [0], [0.0]
 
-    def persist(batch):  # synedre/stages/spawn.py's callback
+    def persist(batch):  # synedre/stages/spawn/launch.py's callback
         t = time.perf_counter()
         with db.transaction() as conn:
             seq[0] = launches.add_events(conn, claim, seq[0], [

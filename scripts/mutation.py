@@ -38,7 +38,7 @@ REPORT = ROOT / "docs" / "mutation.md"
 # `db`: its tests share one database, so its mutants run one at a time.
 SCOPE: dict[str, tuple[bool, list[str]]] = {
     "guard rails (classify/rules.py)": (False, ["synedre.classify.rules.*"]),
-    "launch verdict (stages/spawn.py: succeeded)": (False, ["synedre.stages.spawn.x_succeeded__mutmut_*"]),
+    "launch verdict (stages/spawn/verdict.py: succeeded)": (False, ["synedre.stages.spawn.verdict.x_succeeded__mutmut_*"]),
     "redactor (redact.py: Redactor, exact pass)": (False, ["synedre.redact.xǁRedactorǁ*",
                                                            "synedre.redact.xǁ_Exactǁ*"]),
     "merge and fetch-back (spawn/workspace.py)": (False, [

@@ -14,7 +14,7 @@ sees every worker on every machine, and nothing is kept in the workers:
   in Redis by whichever process was refused (synedre/mailboxes.py);
 - `synedre_stage_duration_seconds{stage}`: a histogram of the time from a stage's claim
   to its write. Each stage write records `duration_s` in its audit row, computed by
-  PostgreSQL (synedre/runner.py, the stage runner); this process tails `audit_log` by id at
+  PostgreSQL (synedre/runner/doors.py, the stage runner); this process tails `audit_log` by id at
   each scrape and observes every new row once, so buckets, count and sum only grow, as
   a Prometheus histogram must (they start from zero when the endpoint starts).
 

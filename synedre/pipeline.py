@@ -3,7 +3,7 @@
 Open this module first. Each stage claims a message at one of its entry statuses (moving
 it to the stage's in-progress status, with a new attempt number), works with no
 transaction open, then writes one of its exit statuses, conditional on that attempt; the
-stage runner (synedre/runner.py) does all three, and checks each exit against this table.
+stage runner (synedre/runner/doors.py) does all three, and checks each exit against this table.
 The next stage is the one whose entry statuses hold the exit. Tasks and their routes,
 the Celery queues, the sweep, `synedre status`, `synedre retry` and the fleet's worker
 groups are all derived from `STAGES` and `WORKER_GROUPS`: nobody retypes a status.
@@ -56,7 +56,7 @@ class Status(StrEnum):
 # CHECK listing the same values.
 
 class LaunchStatus(StrEnum):
-    """`launches.status`, written by synedre/runner.py (the claim inserts `running`)."""
+    """`launches.status`, written by synedre/runner/doors.py (the claim inserts `running`)."""
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -140,7 +140,7 @@ class Stage:
 # How long a message may wait at a stage's entry status before the sweep offers it again:
 # its task may have been lost (a worker killed between its commit and its enqueue, a broker
 # that lost its data). Offering again is idempotent (the claim), so erring short is cheap;
-# a claimed message is covered by its lease instead (synedre/runner.py CLAIM_LEASE_S).
+# a claimed message is covered by its lease instead (synedre/runner/doors.py CLAIM_LEASE_S).
 ENTRY_WAIT_S = 45
 # How long a request for the founder's OK stays open: the approval stage's stuck limit, so
 # the sweep offers the message again when it is due, and the stage ends it `refused`.

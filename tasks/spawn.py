@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 from celery.signals import worker_ready, worker_shutting_down
 
-from synedre import incidents, kv
+from synedre import db, incidents, kv, runner
 from synedre.config import get_settings
 from synedre.db import launches
 from synedre.log import log
@@ -54,7 +54,9 @@ def spawn(self, message_id: int) -> str:
         # fail closed and come back: no slot, or Redis cannot say whether one is free
         delay = get_settings().spawn_slot_retry_s
         until = datetime.now(UTC) + timedelta(seconds=delay)
-        stage.hold(mid, f"held: {exc}; retry {self.request.retries + 1}/{self.max_retries}", until)
+        with db.transaction() as conn:  # the message says why it waits (audited once per reason)
+            runner.hold(conn, stage.STAGE, mid, f"held: {exc}; retry {self.request.retries + 1}/{self.max_retries}",
+                        "spawn_held", until)
         try:
             if not locks.mark_queued(r, mid):
                 return "nothing to do: another spawn task is queued"
@@ -86,8 +88,6 @@ def spawn_select() -> int:
 def offer_launches() -> int:
     """Enqueue a spawn task for every launchable message that has none queued; nothing
     while launches are paused (the held messages are offered again on resume)."""
-    from synedre import db
-
     if locks.spawn_disabled(kv.client(), get_settings().spawn_disabled):
         return 0
     with db.transaction() as conn:

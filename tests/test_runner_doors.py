@@ -11,9 +11,9 @@ import pytest
 from psycopg.rows import dict_row
 
 from synedre import db as dbmod, runner
-from synedre.runner import doors
 from synedre.config import Settings
 from synedre.pipeline import BY_NAME, LaunchStatus, Status
+from synedre.runner import doors
 from synedre.stages.poll import ingest_one
 from tests.conftest import CORPUS
 
@@ -157,8 +157,8 @@ class Probe(runner.StageCode):
         self.seen["write"] = (worked, state(tx, self.mid)["status"])
         return self.result or runner.Done(Status.SCANNED if self.stage == SCAN else Status.QA_PASSED)
 
-    def after(self, c, result):
-        self.seen["after"] = (result.status, state(self.conn, self.mid)["status"])
+    def after(self, c, worked, result):
+        self.seen["after"] = (getattr(result, "status", result), state(self.conn, self.mid)["status"])
 
 
 def test_run_claims_loads_works_writes_then_runs_the_after_step(db, conn, mid):

@@ -147,29 +147,50 @@ def launch_facts(conn: Conn, state: dict[str, Any], kind: str, s: Settings) -> p
         tools_wider_than_lean=bool(wider))
 
 
-def gate(conn: Conn, state: dict[str, Any], kind: str, model: str, s: Settings) -> runner.Result | int | None:
-    """In the claim's transaction: the approved request's id (the launch records it), None
-    (no rule asks), or the message moved to `awaiting_approval` with its request opened."""
-    mid = state["message_id"]
-    row = conn.execute("SELECT id, status FROM synedre.approvals WHERE message_id = %s AND gate = %s",
-                       (mid, LAUNCH_GATE)).fetchone()
-    if row is not None and row["status"] == ApprovalStatus.APPROVED:
-        return int(row["id"])
+def approved(conn: Conn, message_id: int) -> int | None:
+    """The founder's OK for the message's first launch: its request's id (the launch records it)."""
+    row = conn.execute("SELECT id FROM synedre.approvals WHERE message_id = %s AND gate = %s AND status = %s",
+                       (message_id, LAUNCH_GATE, str(ApprovalStatus.APPROVED))).fetchone()
+    return int(row["id"]) if row else None
+
+
+def asks(conn: Conn, state: dict[str, Any], kind: str, model: str, s: Settings) -> dict[str, Any] | None:
+    """Before a first launch not yet approved: what the founder is asked (the rule, why, the
+    facts he reads), or None when no rule of the policy asks."""
+    if approved(conn, state["message_id"]) is not None:
+        return None
     facts = launch_facts(conn, state, kind, s)
     asked = policy.evaluate(policy.load(s.approval_policy_file), facts)
     if asked is None:
         return None
     keep = tools.configured(s.agent_tools)
-    told = {"rule": asked.rule, "why": asked.why, "client": state.get("client_codename"), "intent": state["intent"],
+    return {"rule": asked.rule, "why": asked.why, "client": state.get("client_codename"), "intent": state["intent"],
             "complexity": state["complexity"], "confidence": state["confidence"], "model": model,
             "tools": list(tools.policy(kind, keep).allowed), "estimated_usd": facts.estimated_usd}
-    done = runner.Done(Status.AWAITING_APPROVAL, "approval_requested", told)
-    if not runner.move(conn, SPAWN, mid, done, at=Status.MATERIALIZED):
-        return runner.why_not(conn, SPAWN, mid)
+
+
+def ask_launch(conn: Conn, message_id: int, told: dict[str, Any]) -> runner.Done:
+    """Open the launch's request (the spawn stage's result moves the message to
+    `awaiting_approval` in the same transaction)."""
     conn.execute(
         """INSERT INTO synedre.approvals (message_id, rule, token, facts, expires_at)
            VALUES (%s, %s, %s, %s, now() + make_interval(secs => %s))""",
-        (mid, asked.rule, secrets.token_hex(6), Jsonb(told), APPROVAL.stuck_after_s))
+        (message_id, told["rule"], secrets.token_hex(6), Jsonb(told), APPROVAL.stuck_after_s))
+    return runner.Done(Status.AWAITING_APPROVAL, "approval_requested", told)
+
+
+def gate(conn: Conn, state: dict[str, Any], kind: str, model: str, s: Settings) -> runner.Result | int | None:
+    """`asks`, in one call (an operator's tool): the approved request's id, None (no rule
+    asks), or the message moved to `awaiting_approval` with its request opened."""
+    mid = state["message_id"]
+    if (ok := approved(conn, mid)) is not None:
+        return ok
+    told = asks(conn, state, kind, model, s)
+    if told is None:
+        return None
+    done = ask_launch(conn, mid, told)
+    if not runner.move(conn, SPAWN, mid, done, at=Status.MATERIALIZED):
+        raise RuntimeError(f"message {mid}: not at {Status.MATERIALIZED}")
     return done
 
 

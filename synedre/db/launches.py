@@ -1,6 +1,6 @@
 """SQL for launches: the launch row, fenced writes, batched events (SPEC §8, §12b).
 
-The claim (synedre/runner.py `claim_launch`) is a conditional UPDATE of the message
+The claim (synedre/runner/doors.py `claim_launch`) is a conditional UPDATE of the message
 returning a new attempt number; every later write of that launch names the attempt and
 is refused once a newer claim exists, so a launch that lost its lock (or a zombie
 worker) cannot overwrite its successor.

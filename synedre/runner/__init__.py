@@ -9,7 +9,7 @@ A stage is a small object (`StageCode`) with three methods the runner calls in o
    result as a typed value (`Done`, `Held`, `Skip`), which the runner writes through a door
    (synedre/runner/doors.py) in that same transaction;
 
-then `after(claim, result)` once a result is written and committed (a log line, files removed). Nothing
+then `after(claim, worked, result)` once a result is written and committed (a log line, files removed). Nothing
 comes back as a closure and nothing leaves through a mutable argument.
 
 A stage whose pipeline entry has a running status claims the message (`doors.claim`, with
@@ -25,12 +25,13 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import ClassVar, Generic, TypeVar
 
 from synedre import db
 from synedre.db.types import Conn, FencedOut
 from synedre.log import log
-from synedre.pipeline import Stage
+from synedre.pipeline import LaunchStatus, Stage
 from synedre.runner import doors
 from synedre.runner.doors import (
     CLAIM_LEASE_S,
@@ -40,6 +41,7 @@ from synedre.runner.doors import (
     claim_launch,
     claim_resume,
     finish_launch,
+    hold,
     move,
     reclaim_stale,
     reenter,
@@ -54,8 +56,13 @@ W = TypeVar("W")
 
 
 class StageCode(ABC, Generic[L, W]):
-    """One stage of the pipeline table, as the runner calls it (see the module's docstring)."""
+    """One stage of the pipeline table, as the runner calls it (see the module's docstring).
+    `door`: how the runner takes the message — None, by the pipeline table (claimed when the
+    stage has a running status, else found where it is); "look", found where it is; "launch",
+    claimed for a new launch; "resume", claimed back for the launch `resumes` names."""
     stage: ClassVar[Stage]
+    door: ClassVar[str | None] = None
+    resumes: tuple[int, int] | None = None  # (launch id, the attempt that claimed it)
 
     @abstractmethod
     def load(self, conn: Conn, claim: Claim) -> L | Skip:
@@ -70,16 +77,20 @@ class StageCode(ABC, Generic[L, W]):
     def write(self, conn: Conn, claim: Claim, worked: W) -> Result:
         """The stage's rows and its result, in the write's transaction."""
 
-    def after(self, claim: Claim, result: Done | Held) -> None:
+    def after(self, claim: Claim, worked: W, result: Done | Held) -> None:
         """Once the result is written and committed: what must not happen before (nothing by
         default). Not called when nothing was written (`Skip`)."""
 
 
+class _MovedMeanwhile(Exception):
+    """An unclaimed stage's message left the status it was found at: its write is undone."""
+
+
 def run(code: StageCode[L, W], message_id: int) -> Result:
-    """Claim (or find), load, work with no transaction open, write, then `after`."""
+    """Take the message, load, work with no transaction open, write, then `after`."""
     stage = code.stage
     with db.transaction() as conn:
-        found = claim(conn, stage, message_id) if stage.running else doors.look(conn, stage, message_id)
+        found = _take(conn, code, message_id)
         if found is None:
             return why_not(conn, stage, message_id)
         loaded = code.load(conn, found)
@@ -89,28 +100,51 @@ def run(code: StageCode[L, W], message_id: int) -> Result:
         return loaded
     with working(found):
         worked = code.work(found, loaded)
-        with db.transaction() as conn:
-            result = settle(conn, found, code.write(conn, found, worked))
+        try:
+            with db.transaction() as conn:
+                result = settle(conn, found, code.write(conn, found, worked))
+        except _MovedMeanwhile as exc:
+            return Skip(str(exc))
     if not isinstance(result, Skip):
-        code.after(found, result)
+        code.after(found, worked, result)
     return result
+
+
+def _take(conn: Conn, code: StageCode[L, W], message_id: int) -> Claim | None:
+    stage, door = code.stage, code.door or ("claim" if code.stage.running else "look")
+    if door == "claim":
+        return claim(conn, stage, message_id)
+    if door == "look":
+        return doors.look(conn, stage, message_id)
+    launch = claim_resume(conn, message_id, *code.resumes) if door == "resume" and code.resumes \
+        else claim_launch(conn, message_id) if door == "launch" else None
+    if launch is None:
+        return None
+    state = doors.state_of(conn, message_id)
+    assert state is not None  # claimed in this transaction
+    return Claim(stage, message_id, launch.attempt, state, launch)
 
 
 def settle(conn: Conn, c: Claim, result: Result) -> Result:
     """Write a stage's result in the caller's transaction, through the door its claim allows."""
     if c.attempt is None:  # not claimed: conditional on the status it was found at
         if isinstance(result, Done) and not move(conn, c.stage, c.message_id, result, at=c.state["status"]):
-            return Skip(f"moved meanwhile from {c.state['status']}: nothing written")  # a concurrent verdict
+            raise _MovedMeanwhile(f"moved meanwhile from {c.state['status']}: nothing written")
         if isinstance(result, Held):
-            set_waiting(conn, c.message_id, result.why, result.until)
+            hold(conn, c.stage, c.message_id, result.why, result.event, result.until)
         return result
-    if isinstance(result, Done):
-        doors.write(conn, c, result)
-    elif isinstance(result, Held):
-        if not doors.release(conn, c, reason=result.why, event=result.event, until=result.until):
-            raise FencedOut(f"message {c.message_id}: {c.stage.name} attempt {c.attempt} no longer owns it")
-    else:
+    if isinstance(result, Skip):
         raise TypeError(f"stage {c.stage.name} claimed message {c.message_id}: a Skip writes nothing")
+    if c.launch is not None:  # a launch ends once, its row with the message
+        if not isinstance(result, Done):
+            raise TypeError(f"launch {c.launch.launch_id}: a launch ends with its verdict (Done)")
+        row = dict(result.fields)
+        finish_launch(conn, c.launch, replace(result, fields={}), outcome=LaunchStatus(row.pop("status")),
+                      reason=row.pop("stop_reason"), **row)
+    elif isinstance(result, Done):
+        doors.write(conn, c, result)
+    elif not doors.release(conn, c, reason=result.why, event=result.event, until=result.until):
+        raise FencedOut(f"message {c.message_id}: {c.stage.name} attempt {c.attempt} no longer owns it")
     return result
 
 
@@ -120,7 +154,7 @@ def working(c: Claim) -> Iterator[None]:
     background, and an error hands the message back to its entry status with the reason
     (audit `stage_error`), so a retry or the sweep can take it at once instead of finding it
     claimed; the error is then re-raised for the task to handle."""
-    if c.attempt is None:
+    if c.attempt is None or c.launch is not None:  # a launch's lease is its lock (the sweep fails a lost one)
         yield
         return
     stop = threading.Event()
@@ -154,5 +188,5 @@ def working(c: Claim) -> Iterator[None]:
 
 
 __all__ = ["CLAIM_LEASE_S", "Claim", "Done", "FencedOut", "Held", "Result", "RetryRefused", "Skip", "StageCode",
-           "admit", "claim", "claim_launch", "claim_resume", "finish_launch", "move", "reclaim_stale", "reenter",
-           "retry_target", "run", "set_waiting", "settle", "why_not", "working"]
+           "admit", "claim", "claim_launch", "claim_resume", "finish_launch", "hold", "move", "reclaim_stale",
+           "reenter", "retry_target", "run", "set_waiting", "settle", "why_not", "working"]

@@ -36,7 +36,7 @@ def claim(conn: Conn, stage: Stage, message_id: int) -> Claim | None:
         (stage.running, message_id, [str(s) for s in stage.entry])).fetchone()
     if row is None:
         return None
-    state = _state(conn, message_id)
+    state = state_of(conn, message_id)
     assert state is not None  # the row was just updated in this transaction
     return Claim(stage, message_id, row["stage_attempt"], state)
 
@@ -44,13 +44,13 @@ def claim(conn: Conn, stage: Stage, message_id: int) -> Claim | None:
 def look(conn: Conn, stage: Stage, message_id: int) -> Claim | None:
     """For a stage that does not claim the message: the message where it is, when that is
     one of the stage's entry statuses (its result is then conditional on it: `move`)."""
-    state = _state(conn, message_id)
+    state = state_of(conn, message_id)
     if state is None or state["status"] not in stage.entry:
         return None
     return Claim(stage, message_id, None, state)
 
 
-def _state(conn: Conn, message_id: int) -> dict[str, Any] | None:
+def state_of(conn: Conn, message_id: int) -> dict[str, Any] | None:
     return conn.execute(
         """SELECT s.*, r.mailbox, r.message_id AS message_id_header, r.envelope_from,
                   r.subject, r.dkim_pass, r.raw
@@ -135,6 +135,18 @@ def set_waiting(conn: Conn, message_id: int, reason: str, until: datetime | None
                  (reason, until, message_id))
 
 
+def hold(conn: Conn, stage: Stage, message_id: int, reason: str, event: str, until: datetime | None = None) -> None:
+    """Say why a message at one of the stage's entry statuses waits, without claiming it
+    (launches paused, no slot, a spending cap, an approval's wait); audited once per reason."""
+    row = conn.execute("SELECT status, waiting_reason FROM synedre.email_states WHERE message_id = %s",
+                       (message_id,)).fetchone()
+    if row is None or row["status"] not in stage.entry:
+        return
+    set_waiting(conn, message_id, reason, until)
+    if row["waiting_reason"] != reason:
+        audit(conn, message_id, event, reason=reason)
+
+
 # -- the other doors -------------------------------------------------------------------------
 
 def admit(conn: Conn, message_id: int, status: Status, attachments_dir: str | None) -> None:
@@ -159,10 +171,16 @@ def move(conn: Conn, stage: Stage, message_id: int, done: Done, *, at: Status) -
     return moved.rowcount == 1
 
 
-def claim_launch(conn: Conn, message_id: int, *, iteration: int = 1, **launch: Any) -> LaunchClaim | None:
+def claim_launch(conn: Conn, message_id: int, *, iteration: int | None = None, **launch: Any) -> LaunchClaim | None:
     """Take the message for one launch, in the caller's transaction; None if not launchable.
     A first launch comes from `materialized` (no launch in the last hour unless an operator
-    retried it); iteration n > 1 comes from `qa_failed`, after exactly n - 1 launches."""
+    retried it); iteration n > 1 comes from `qa_failed`, after exactly n - 1 launches (None:
+    the next one, by where the message is)."""
+    if iteration is None:
+        at = conn.execute("SELECT s.status, (SELECT count(*) FROM synedre.launches l WHERE l.message_id ="
+                          " s.message_id) AS n FROM synedre.email_states s WHERE s.message_id = %s",
+                          (message_id,)).fetchone()
+        iteration = at["n"] + 1 if at and at["status"] == Status.QA_FAILED else 1
     if iteration > 1:
         where = ("s.status = %(from)s AND (SELECT count(*) FROM synedre.launches l"
                  " WHERE l.message_id = s.message_id) = %(done)s")

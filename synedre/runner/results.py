@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from synedre.db.launches import LaunchClaim
 from synedre.pipeline import Stage, Status
 
 
@@ -51,8 +52,10 @@ class RetryRefused(ValueError):
 @dataclass(frozen=True)
 class Claim:
     """A message as a stage took it: `attempt` fences its write (None: a stage that works on
-    the message without claiming it, whose result is conditional on the status it found)."""
+    the message without claiming it, whose result is conditional on the status it found);
+    `launch`: a launch's claim (its row, fenced by the message's launch attempt)."""
     stage: Stage
     message_id: int
     attempt: int | None
     state: dict[str, Any]  # the state row joined with its raw message, as read
+    launch: LaunchClaim | None = None

@@ -1,1 +1,1 @@
-"""The stages: each module runs one stage of synedre/pipeline.py through the stage runner (synedre/runner.py)."""
+"""The stages: each module runs one stage of synedre/pipeline.py through the stage runner (synedre/runner/)."""

@@ -126,7 +126,7 @@ class Approval(runner.StageCode[dict[str, Any], _Mailed]):
         return runner.Held(f"waiting for the founder's OK until {row['expires_at']:%Y-%m-%d %H:%M} UTC "
                            f"(rule {row['rule']})", "approval_waiting")
 
-    def after(self, claim: runner.Claim, result: runner.Done | runner.Held) -> None:
+    def after(self, claim: runner.Claim, worked: object, result: runner.Done | runner.Held) -> None:
         if isinstance(result, runner.Done):
             log.warning("approval_expired", message=claim.message_id, rule=result.detail["rule"])
         elif isinstance(result, runner.Held):

@@ -113,7 +113,7 @@ class Classify(runner.StageCode[_Loaded, "_Worked"]):
                                                       "llm_calls": worked.out.llm_calls},
                            worked.fields)
 
-    def after(self, claim: runner.Claim, result: runner.Done | runner.Held) -> None:
+    def after(self, claim: runner.Claim, worked: object, result: runner.Done | runner.Held) -> None:
         if not isinstance(result, runner.Done):
             return
         if str(result.detail.get("model", "")).startswith("rule:") and "about" in result.detail:  # a reply

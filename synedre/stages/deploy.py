@@ -181,7 +181,7 @@ class Deploy(runner.StageCode[_Loaded, "_Worked"]):
         return runner.Done(Status.DEPLOYED if ok else Status.QA_FAILED, None if ok else "deploy_failed",
                            detail, _fields(d))
 
-    def after(self, claim: runner.Claim, result: runner.Done | runner.Held) -> None:
+    def after(self, claim: runner.Claim, worked: object, result: runner.Done | runner.Held) -> None:
         if isinstance(result, runner.Done):
             log.info(result.audit_event, message=claim.message_id, status=str(result.status),
                      target=result.detail.get("target"))

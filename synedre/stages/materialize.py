@@ -69,7 +69,7 @@ class Materialize(runner.StageCode[None, None]):
         return runner.Done(Status.MATERIALIZED, detail={"kind": intent, "id": new_id, "chantier_id": chantier},
                            fields={LINKS[intent]: new_id, "chantier_id": chantier})
 
-    def after(self, claim: runner.Claim, result: runner.Done | runner.Held) -> None:
+    def after(self, claim: runner.Claim, worked: object, result: runner.Done | runner.Held) -> None:
         if isinstance(result, runner.Done) and result.status == Status.MATERIALIZED:
             log.info("materialized", message=claim.message_id, kind=result.detail["kind"], id=result.detail["id"])
 

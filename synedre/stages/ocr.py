@@ -52,7 +52,7 @@ class Ocr(runner.StageCode[ParsedMessage, tuple[int, list[str], list[str]]]):
         return runner.Done(Status.READ, "ocr_extracted" if images else "ocr_no_images",
                            {"images": images, "characters": sum(map(len, found)), "errors": errors})
 
-    def after(self, claim: runner.Claim, result: runner.Done | runner.Held) -> None:
+    def after(self, claim: runner.Claim, worked: object, result: runner.Done | runner.Held) -> None:
         assert isinstance(result, runner.Done)
         log.info("ocr_extracted", message=claim.message_id, images=result.detail["images"],
                  characters=result.detail["characters"])

@@ -57,7 +57,7 @@ class _Planned:
     sitemap_error: str | None
 
 
-class Plan(runner.StageCode[_Loaded, _Planned]):
+class PlanChecks(runner.StageCode[_Loaded, _Planned]):
     """The routes resolved against the sitemap, one `qa_checks` row per page to check."""
     stage = PLAN
 
@@ -105,7 +105,7 @@ class Plan(runner.StageCode[_Loaded, _Planned]):
 
 def plan(message_id: int, s: Settings | None = None) -> tuple[runner.Result, int]:
     """(the result, routes left to check: one `qa_route` task each)."""
-    result = runner.run(Plan(s or get_settings()), message_id)
+    result = runner.run(PlanChecks(s or get_settings()), message_id)
     return result, int(result.detail["to_check"]) if isinstance(result, runner.Done) else 0
 
 
@@ -127,7 +127,7 @@ class _Checked:
     diff: bytes | None
 
 
-class Route(runner.StageCode[_Check, _Checked]):
+class CheckRoute(runner.StageCode[_Check, _Checked]):
     """Check one route of the message in Chromium; the last check to finish moves the message
     to its verdict (a concurrent last one finds it moved)."""
     stage = ROUTE
@@ -177,7 +177,7 @@ class Route(runner.StageCode[_Check, _Checked]):
              done.diff and proofs.store(conn, done.diff, "diff"), row["id"], str(QaCheckStatus.RUNNING)))
         return _last_check(conn, done.check.run["id"], row["resolved"])
 
-    def after(self, claim: runner.Claim, result: runner.Done | runner.Held) -> None:
+    def after(self, claim: runner.Claim, worked: object, result: runner.Done | runner.Held) -> None:
         if isinstance(result, runner.Done):
             log.info("qa_verdict", message=claim.message_id, passed=result.status == Status.QA_PASSED,
                      reasons=result.detail["reasons"])
@@ -185,7 +185,7 @@ class Route(runner.StageCode[_Check, _Checked]):
 
 def check_one(message_id: int, s: Settings | None = None) -> runner.Result:
     """Check one route of the message; Done with the verdict when this check was the last."""
-    return runner.run(Route(s or get_settings()), message_id)
+    return runner.run(CheckRoute(s or get_settings()), message_id)
 
 
 def _last_check(conn: Conn, run_id: int, route: str) -> runner.Result:

@@ -157,7 +157,7 @@ class Recap(runner.StageCode[dict[str, Any], tuple[outbound.SendResult, int]]):
             "outcome": str(sent.outcome), "rfc_message_id": sent.rfc_message_id,
             "attachments": attached - len(sent.skipped), "skipped": [k.name for k in sent.skipped]})
 
-    def after(self, claim: runner.Claim, result: runner.Done | runner.Held) -> None:
+    def after(self, claim: runner.Claim, worked: object, result: runner.Done | runner.Held) -> None:
         if isinstance(result, runner.Done):
             log.info("recap_sent", message=claim.message_id, outcome=result.detail["outcome"])
 

@@ -52,7 +52,7 @@ class Scan(runner.StageCode[ParsedMessage, dict[int, Verdict]]):
             "attachments": [{"idx": i, "verdict": v.status, "signature": v.signature, "detail": v.detail}
                             for i, v in unsafe.items()]})
 
-    def after(self, claim: runner.Claim, result: runner.Done | runner.Held) -> None:
+    def after(self, claim: runner.Claim, worked: object, result: runner.Done | runner.Held) -> None:
         assert isinstance(result, runner.Done)
         if result.status == Status.SCANNED:
             n = result.detail["attachments"]

@@ -65,7 +65,7 @@ def test_the_schema_allows_every_status_of_every_machine():
 # -- the one door ---------------------------------------------------------------------------
 
 PACKAGE = sorted([*ROOT.glob("synedre/**/*.py"), *ROOT.glob("tasks/*.py")])
-RUNNER = ROOT / "synedre" / "runner.py"
+RUNNER = ROOT / "synedre" / "runner" / "doors.py"
 WRITES_STATUS = re.compile(
     r"UPDATE\s+synedre\.email_states\b(?:\s+\w+)?\s+SET\b(?:(?!\bWHERE\b).)*?(?<![\w.])(?:\w+\.)?status\s*="
     r"|INSERT\s+INTO\s+synedre\.email_states\s*\([^)]*\bstatus\b", re.S | re.I)
@@ -97,10 +97,10 @@ def test_the_detector_sees_every_way_a_status_is_written():
 def test_no_module_but_the_runner_writes_a_message_status():
     writers = {(p.relative_to(ROOT).as_posix(), line) for p in PACKAGE for line, s in sql_strings(p)
                if WRITES_STATUS.search(s)}
-    assert {w for w in writers if w[0] != "synedre/runner.py"} == set()
+    assert {w for w in writers if w[0] != "synedre/runner/doors.py"} == set()
     # the runner's doors: claim, write, release, admit, move, the launch's claim, resume and
     # finish, the sweep's reclaim, the operator's retry
-    assert len({w for w in writers if w[0] == "synedre/runner.py"}) == 10
+    assert len({w for w in writers if w[0] == "synedre/runner/doors.py"}) == 10
 
 
 def named_values(path: Path) -> list[tuple[int, str]]:

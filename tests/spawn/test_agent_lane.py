@@ -17,7 +17,7 @@ from synedre import agent_tools as tools
 from synedre.orchestrate.contract import read_contract
 from synedre.redact import Redactor
 from synedre.spawn import launcher, prompt
-from synedre.stages.spawn import LaunchVerdict as Result, succeeded
+from synedre.stages.spawn.verdict import LaunchVerdict as Result, succeeded
 from tests.services import stack
 from tests.services.claude_api import ClaudeAPI, ScriptedModel, bash, start_claude_api, text, write
 from tests.spawn.conftest import git

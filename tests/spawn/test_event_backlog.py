@@ -44,7 +44,7 @@ def test_a_database_held_back_past_the_writer_timeout_loses_no_event(db, tmp_pat
     assert claim is not None
     seq = [0]
 
-    def persist(batch):  # synedre/stages/spawn.py's callback
+    def persist(batch):  # synedre/stages/spawn/launch.py's callback
         with database.transaction() as conn:
             seq[0] = launches.add_events(conn, claim, seq[0], [
                 (e.event_type, e.subtype, e.tool_name, payload) for e, payload in batch])

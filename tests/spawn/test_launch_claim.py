@@ -88,7 +88,7 @@ def test_selection_skips_noise_and_recently_launched(db, tmp_path):
 
 
 def test_spending_caps_fail_closed(db, tmp_path):
-    from synedre.stages.spawn import over_budget
+    from synedre.stages.spawn.verdict import over_budget
     mid = classified_message(db, tmp_path)
     caps = Settings(max_message_cost_usd=1.0, daily_spend_cap_usd=3.0)
     with connect(db) as conn:

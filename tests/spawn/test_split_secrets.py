@@ -513,7 +513,7 @@ def test_cut_secrets_stay_out_of_every_table_the_ndjson_and_the_log(db, tmp_path
 
     seq = [0]
 
-    def persist(batch):  # synedre/stages/spawn.py's callback
+    def persist(batch):  # synedre/stages/spawn/launch.py's callback
         with database.transaction() as conn:
             seq[0] = launches.add_events(conn, claim, seq[0], [
                 (e.event_type, e.subtype, e.tool_name, payload) for e, payload in batch])

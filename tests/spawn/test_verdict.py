@@ -3,7 +3,7 @@ import pytest
 
 from synedre.spawn.launcher import RunOutcome
 from synedre.spawn.stream import parse_event
-from synedre.stages.spawn import LaunchVerdict, succeeded
+from synedre.stages.spawn.verdict import LaunchVerdict, succeeded
 
 pytestmark = pytest.mark.unit
 
