@@ -38,21 +38,24 @@ REPORT = ROOT / "docs" / "mutation.md"
 # `db`: its tests share one database, so its mutants run one at a time.
 SCOPE: dict[str, tuple[bool, list[str]]] = {
     "guard rails (classify/rules.py)": (False, ["synedre.classify.rules.*"]),
-    "launch verdict (stages/spawn/verdict.py: succeeded)": (False, ["synedre.stages.spawn.verdict.x_succeeded__mutmut_*"]),
+    "launch verdict (stages/spawn/verdict.py: succeeded)": (False, [
+        "synedre.stages.spawn.verdict.x_succeeded__mutmut_*"]),
     "redactor (redact.py: Redactor, exact pass)": (False, ["synedre.redact.xǁRedactorǁ*",
                                                            "synedre.redact.xǁ_Exactǁ*"]),
     "merge and fetch-back (spawn/workspace.py)": (False, [
         f"synedre.spawn.workspace.x_{f}__mutmut_*" for f in ("collect", "merge_back", "_dirty")]),
-    "claim and fenced writes (runner.py)": (True, [
-        f"synedre.runner.x_{f}__mutmut_*" for f in (
-            "claim", "_write", "_release", "_renew", "settle", "run", "run_in_claim", "_check_exit",
-            "_after", "move", "claim_launch", "finish_launch")]),
+    "claim and fenced writes (runner/)": (True, [
+        *(f"synedre.runner.doors.x_{f}__mutmut_*" for f in (
+            "claim", "look", "write", "release", "renew", "_check_exit", "move", "hold", "claim_launch",
+            "finish_launch")),
+        *(f"synedre.runner.x_{f}__mutmut_*" for f in ("run", "_take", "settle"))]),
     "recap's exactly-once send (mail/outbound.py)": (True, [
         f"synedre.mail.outbound.x_{f}__mutmut_*" for f in (
             "_claim", "_claim_send", "_mark_sent", "_mark_unknown", "_release")]),
     "approval consumption (approvals/decisions.py)": (True, [
         f"synedre.approvals.decisions.x_{f}__mutmut_*" for f in (
-            "verdict_of", "judge", "thread_of", "replied_ids", "gate", "decide", "why_closed", "expire",
+            "verdict_of", "judge", "thread_of", "replied_ids", "asks", "ask_launch", "decide", "why_closed",
+            "expired",
             "record_verdict")]),
 }
 KILLED = {"killed", "timeout", "segfault"}  # a mutant the tests noticed

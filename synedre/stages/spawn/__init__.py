@@ -57,6 +57,7 @@ def resume(message_id: int, launch_id: int, attempt: int, s: Settings | None = N
     behind the guards of a launch."""
     s = s or get_settings()
     if why := guards.paused(s):
+        log.warning("spawn_disabled", message=message_id, reason=why)
         return runner.Held(f"held: launches paused ({why})", "spawn_held")
     with db.transaction() as conn:
         found = resumable(conn, message_id, s)
@@ -119,7 +120,8 @@ class Admit(runner.StageCode[_Waiting, "tuple[_Waiting, str | None]"]):
 
     def after(self, found: runner.Claim, worked: object, result: runner.Done | runner.Held) -> None:
         if isinstance(result, runner.Held):
-            log.warning(result.event, message=found.message_id, reason=result.why)
+            log.warning("spawn_disabled" if result.event == "spawn_held" else result.event, message=found.message_id,
+                        reason=result.why)
             if result.event == "spawn_skipped_budget" and "fleet spend today" in result.why:  # an incident, hourly
                 incidents.safely(incidents.spend_cap(result.why, self.s.daily_spend_cap_usd))
         elif result.status == Status.ESCALATED:
