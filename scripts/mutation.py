@@ -47,9 +47,9 @@ SCOPE: dict[str, tuple[bool, list[str]]] = {
         f"synedre.runner.x_{f}__mutmut_*" for f in (
             "claim", "_write", "_release", "_renew", "settle", "run", "run_in_claim", "_check_exit",
             "_after", "move", "claim_launch", "finish_launch")]),
-    "recap's exactly-once send (mail/outbound.py)": (True, [
-        f"synedre.mail.outbound.x_{f}__mutmut_*" for f in (
-            "_claim", "_claim_send", "_mark_sent", "_mark_unknown", "_release")]),
+    "recap's exactly-once send (mail/outbox.py)": (True, [
+        f"synedre.mail.outbox.x_{f}__mutmut_*" for f in (
+            "claim", "claim_send", "mark_sent", "mark_unknown", "release")]),
     "approval consumption (approvals/decisions.py)": (True, [
         f"synedre.approvals.decisions.x_{f}__mutmut_*" for f in (
             "verdict_of", "judge", "thread_of", "replied_ids", "gate", "decide", "why_closed", "expire",

@@ -6,7 +6,7 @@ declared route beside it when they differ; a failed route says why with its figu
 HTTP status, the share of pixels unlike the mock-up against the threshold, the browser's
 error). The HTML part is a layout for a phone: one column at most 640 px wide, a table of
 routes and verdicts, each screenshot inline under its route (`cid:`, the Content-ID
-`outbound.content_id` gives the attached file) with the mock-up diff beside it, and the
+`compose.content_id` gives the attached file) with the mock-up diff beside it, and the
 draft reply set apart. Every string that came from outside (subject, sender, the client's
 words, the agent's summary, commits, reasons, the draft) is escaped: the HTML holds no
 markup but ours. Inline styles only: mail clients drop `<style>` and scripts.
@@ -19,7 +19,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from synedre.mail.outbound import content_id
+from synedre.mail.compose import content_id
 from synedre.pipeline import QaCheckStatus
 
 NOTHING_DEPLOYED = "Rien n'a été déployé (pas de code à vérifier)."
