@@ -49,9 +49,9 @@ SCOPE: dict[str, tuple[bool, list[str]]] = {
             "claim", "look", "write", "release", "renew", "_check_exit", "move", "hold", "claim_launch",
             "finish_launch")),
         *(f"synedre.runner.x_{f}__mutmut_*" for f in ("run", "_take", "settle"))]),
-    "recap's exactly-once send (mail/outbound.py)": (True, [
-        f"synedre.mail.outbound.x_{f}__mutmut_*" for f in (
-            "_claim", "_claim_send", "_mark_sent", "_mark_unknown", "_release")]),
+    "recap's exactly-once send (mail/outbox.py)": (True, [
+        f"synedre.mail.outbox.x_{f}__mutmut_*" for f in (
+            "claim", "claim_send", "mark_sent", "mark_unknown", "release")]),
     "approval consumption (approvals/decisions.py)": (True, [
         f"synedre.approvals.decisions.x_{f}__mutmut_*" for f in (
             "verdict_of", "judge", "thread_of", "replied_ids", "asks", "ask_launch", "decide", "why_closed",

@@ -73,7 +73,7 @@ class QaCheckStatus(StrEnum):
 
 
 class OutboundStatus(StrEnum):
-    """`outbound_mail.status`: one mail to the founder (synedre/mail/outbound.py)."""
+    """`outbound_mail.status`: one mail to the founder (written only by synedre/mail/outbox.py)."""
     DRAFTING = "drafting"
     DRAFT_SAVED = "draft_saved"
     SENDING = "sending"

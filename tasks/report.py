@@ -1,6 +1,6 @@
 """Queue `recap`: the scheduled reports mailed to the founder (SPEC §12: the monthly calibration)."""
 from synedre.log import log
-from synedre.mail.outbound import MailNotSent
+from synedre.mail.errors import MailNotSent
 from synedre.report import calibration
 from tasks._common import TRANSIENT
 from tasks.app import app

@@ -259,7 +259,7 @@ def test_an_access_token_the_servers_refuse_is_replaced_once_from_the_refresh_to
     traded for a new one and the login tried once more; never a loop. The tokens this process
     holds are among the secrets every stream is scrubbed of."""
     from synedre import mailboxes, oauth, secrets
-    from synedre.mail import outbound
+    from synedre.mail import transport
 
     box, server = oauth_box, oauth_box["oauth"]
     oauth.tokens = oauth.TokenCache()
@@ -278,7 +278,7 @@ def test_an_access_token_the_servers_refuse_is_replaced_once_from_the_refresh_to
     assert server.count("refresh_token") == 2
 
     server.expire_access()
-    outbound.deliver(atlas, "atlas@atelier-moreau.fr", "julien@atelier-moreau.fr",
+    transport.deliver(atlas, "atlas@atelier-moreau.fr", "julien@atelier-moreau.fr",
                      b"Subject: t\r\nMessage-ID: <t@x>\r\n\r\nbody\r\n")
     assert server.count("refresh_token") == 3
     assert box["smtp"].logins == [("atlas", False), ("atlas", True)]

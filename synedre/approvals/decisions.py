@@ -27,7 +27,7 @@ from synedre.approvals import policy
 from synedre.config import Settings
 from synedre.db import messages
 from synedre.db.types import Conn
-from synedre.mail.outbound import message_ids
+from synedre.mail.compose import message_ids
 from synedre.orchestrate import lessons
 from synedre.pipeline import BY_NAME, ApprovalStatus, Status, consumer_of
 

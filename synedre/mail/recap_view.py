@@ -1,40 +1,33 @@
-"""What the founder reads in a recap or an alert (SPEC §9.6–9.8), as pure functions of the
-facts the recap stage gathered (`orchestrate.iterations.summary` per route).
+"""What the founder reads in a recap or an alert (SPEC §9.6–9.8): the plain data the mail
+templates (synedre/mail/templates/recap.*, alert.*) are filled from, as pure functions of
+the facts the recap stage gathered (`orchestrate.iterations.summary` per route).
 
 Each route is named by the page checked (the sitemap's path QA resolved it to), with the
 declared route beside it when they differ; a failed route says why with its figure (the
 HTTP status, the share of pixels unlike the mock-up against the threshold, the browser's
-error). The HTML part is a layout for a phone: one column at most 640 px wide, a table of
-routes and verdicts, each screenshot inline under its route (`cid:`, the Content-ID
-`outbound.content_id` gives the attached file) with the mock-up diff beside it, and the
-draft reply set apart. Every string that came from outside (subject, sender, the client's
-words, the agent's summary, commits, reasons, the draft) is escaped: the HTML holds no
-markup but ours. Inline styles only: mail clients drop `<style>` and scripts.
+error). Each screenshot is named by the Content-ID (`compose.content_id`) of the attached
+file, so the HTML part shows it inline under its route. No markup here: the templates lay
+out the words, and escape every string that came from outside.
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from html import escape
 from pathlib import Path
 from typing import Any
 
-from synedre.mail.outbound import content_id
-from synedre.pipeline import QaCheckStatus
+from synedre.mail.compose import content_id
+from synedre.pipeline import QaCheckStatus, Status
 
-NOTHING_DEPLOYED = "Rien n'a été déployé (pas de code à vérifier)."
-DRAFT_TITLE = "Brouillon de réponse, à envoyer vous-même"
-LESSONS_TITLE = "Leçons données à l'agent"
 LESSON_CHARS = 300
 COVER_CHARS = 1200  # of the client's words quoted back
 DEPLOY_TAIL_LINES = 20
 EVENT_CHARS = 200
+CONTRACT_CHARS = 2000  # of a stopped launch's partial contract, in the alert
 # the stored reason codes (orchestrate.qa.RouteResult.reasons, orchestrate.iso.ISO_MISMATCH)
 _EVENTS = (("console_error", "console_errors", "erreur(s) dans la console"),
            ("page_error", "page_errors", "erreur(s) JavaScript"),
            ("failed_request", "failed_requests", "requête(s) en échec"))
-_FONT = "font-family:-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif"
-_CELL = "padding:8px 6px;border-bottom:1px solid #e3e3e3;vertical-align:top;text-align:left"
 
 
 def checked_page(route: dict[str, Any]) -> tuple[str, str | None]:
@@ -90,13 +83,12 @@ def lesson_lines(facts: dict[str, Any]) -> list[str]:
             f"{excerpt(x['title'] + ' : ' + x['body'], LESSON_CHARS)}" for x in facts.get("lessons") or []]
 
 
-def deploy_lines(qa: dict[str, Any]) -> list[str]:
-    """A failed deploy: its exit code and the tail of its log; nothing when it succeeded."""
+def deploy_view(qa: dict[str, Any]) -> dict[str, Any] | None:
+    """A failed deploy: its target, exit code and the tail of its log; None when it succeeded."""
     if not qa.get("iteration") or qa["deployed"]:
-        return []
+        return None
     tail = (qa.get("deploy_log") or "").splitlines()[-DEPLOY_TAIL_LINES:]
-    return [f"Déploiement en préproduction ({qa.get('target')}) échoué : code de sortie "
-            f"{qa.get('deploy_exit_code')}", "Fin de son journal :", *(f"  {ln}" for ln in tail or ["(vide)"])]
+    return {"target": qa.get("target"), "exit_code": qa.get("deploy_exit_code"), "tail": tail}
 
 
 def _cut(text: Any, n: int = EVENT_CHARS) -> str:
@@ -157,120 +149,70 @@ def patch_notes(change: dict[str, Any]) -> list[str]:
     return notes
 
 
-def change_lines(changes: Sequence[dict[str, Any]], notes: bool = True) -> list[str]:
-    """The text part's "what changed": per launch its branch and commits, a line per file with
-    its lines added and removed, the totals; with `notes`, what the attached patch is."""
-    lines: list[str] = []
-    for c in changes:
-        files = c["files"]
-        lines += [change_head(c), *(f"  {_counts(f):>12}  {f['path']}" for f in files[:MAX_FILES_SHOWN])]
-        if len(files) > MAX_FILES_SHOWN:
-            lines.append(f"  … et {len(files) - MAX_FILES_SHOWN} autre(s) fichier(s)")
-        lines.append(f"  {change_total(c)}")
-        lines += patch_notes(c) if notes else []
-    return lines
+def change_view(change: dict[str, Any], notes: bool = True) -> dict[str, Any]:
+    """One launch's "what changed": its branch and commits, a row per file with its lines
+    added and removed (the first `MAX_FILES_SHOWN`), the totals; with `notes`, what the
+    attached patch is."""
+    files = change["files"]
+    return {"branch": change["branch"], "iteration": change["iteration"], "head": change_head(change),
+            "commits": [{"sha": sha[:SHORT_SHA], "subject": subject} for sha, subject in change["commits"]],
+            "files": [{"path": f["path"], "binary": f["added"] is None, "added": f["added"], "removed": f["removed"],
+                       "counts": _counts(f)} for f in files[:MAX_FILES_SHOWN]],
+            "more": max(0, len(files) - MAX_FILES_SHOWN), "total": change_total(change),
+            "notes": patch_notes(change) if notes else []}
 
 
-def _change_table(c: dict[str, Any]) -> str:
-    files = c["files"]
-    rows = "".join(
-        f'<tr><td style="{_CELL};font-family:monospace;font-size:13px">{_e(f["path"])}</td>'
-        + (f'<td style="{_CELL}" colspan="2">binaire</td>' if f["added"] is None else
-           f'<td style="{_CELL};color:#17702e;text-align:right">+{f["added"]}</td>'
-           f'<td style="{_CELL};color:#b00020;text-align:right">−{f["removed"]}</td>') + "</tr>"
-        for f in files[:MAX_FILES_SHOWN])
-    if len(files) > MAX_FILES_SHOWN:
-        rows += f'<tr><td colspan="3" style="{_CELL}">… et {len(files) - MAX_FILES_SHOWN} autre(s) fichier(s)</td></tr>'
-    head = (f'<tr><th style="{_CELL};font-size:13px;color:#555">Fichier</th>'
-            f'<th style="{_CELL};font-size:13px;color:#555;text-align:right">Ajoutées</th>'
-            f'<th style="{_CELL};font-size:13px;color:#555;text-align:right">Retirées</th></tr>')
-    commits = "".join(f'<li><code>{_e(sha[:SHORT_SHA])}</code> {_e(subject)}</li>' for sha, subject in c["commits"])
-    return (f'<p style="margin:0 0 6px">Branche <code>{_e(c["branch"])}</code> (itération {_e(c["iteration"])})</p>'
-            f'<ul style="margin:0 0 8px;padding-left:20px;font-size:14px">{commits}</ul>'
-            '<table role="presentation" style="width:100%;border-collapse:collapse;font-size:14px">'
-            f'{head}{rows}<tr><td colspan="3" style="{_CELL};color:#555">{_e(change_total(c))}</td></tr></table>'
-            + "".join(_para(n, "color:#555;font-size:13px;margin-top:6px") for n in patch_notes(c)))
+# ---- the mails' data -----------------------------------------------------------------
+
+def shot_view(path: Path | str | None, alt: str, caption: str) -> dict[str, Any]:
+    """A proof image: its Content-ID when the file is there to attach, else None."""
+    return {"cid": content_id(Path(path).name) if path and Path(path).is_file() else None, "alt": alt,
+            "caption": caption}
 
 
-def _changes(changes: Sequence[dict[str, Any]]) -> str:
-    return _h2("Ce qui a changé") + "".join(_change_table(c) for c in changes)
-
-
-# ---- HTML ---------------------------------------------------------------------------
-
-def _e(value: Any) -> str:
-    return escape(str(value), quote=True)
-
-
-def _h2(title: str) -> str:
-    return f'<h2 style="font-size:17px;margin:22px 0 8px;color:#135">{_e(title)}</h2>'
-
-
-def _para(text: str, style: str = "") -> str:
-    return f'<p style="margin:0 0 10px;white-space:pre-wrap;{style}">{_e(text)}</p>'
-
-
-def _img(path: Path | str | None, alt: str, caption: str) -> str:
-    if not path or not Path(path).is_file():
-        return f'<p style="color:#888;font-size:13px">{_e(caption)} : indisponible</p>'
-    return (f'<img src="cid:{_e(content_id(Path(path).name))}" alt="{_e(alt)}" style="display:block;width:100%;'
-            f'max-width:100%;height:auto;border:1px solid #ccc">'
-            f'<div style="font-size:12px;color:#666;padding-top:2px">{_e(caption)}</div>')
-
-
-def _route_rows(route: dict[str, Any]) -> str:
+def route_view(route: dict[str, Any]) -> dict[str, Any]:
+    """One checked page: its name, verdict, figures and proofs (the screenshot, then the
+    mock-up diff beside it, each cell `width` percent wide)."""
     page, declared = checked_page(route)
     ok = route["status"] == QaCheckStatus.PASSED
-    name = f"<strong>{_e(page)}</strong>" + (
-        f'<br><span style="font-size:13px;color:#666">déclarée : {_e(declared)}</span>' if declared else "")
-    why = "".join(f'<br><span style="font-size:13px">{_e(f)}</span>' for f in ([] if ok else figures(route)))
-    verdict = f'<span style="color:{"#17702e" if ok else "#b00020"};font-weight:bold">' \
-              f'{"OK" if ok else "ÉCHEC"}</span>{why}'
-    row = f'<tr><td style="{_CELL}">{name}</td><td style="{_CELL}">{verdict}</td></tr>'
     shots = [(route.get("screenshot"), f"Capture de {page}", "Capture")]
     if route.get("diff_image"):
         shots.append((route["diff_image"], f"Écart avec la maquette, {page}", "Écart avec la maquette"))
-    cells = "".join(f'<td style="padding:4px;vertical-align:top;width:{100 // len(shots)}%">{_img(*s)}</td>'
-                    for s in shots if s[0])
-    if not cells:
-        return row
-    return row + (f'<tr><td colspan="2" style="padding:4px 0 14px;border-bottom:1px solid #e3e3e3">'
-                  f'<table role="presentation" style="width:100%;border-collapse:collapse"><tr>{cells}</tr>'
-                  f'</table></td></tr>')
+    return {"page": page, "declared": declared, "ok": ok, "line": route_line(route),
+            "figures": [] if ok else figures(route), "width": 100 // len(shots),
+            "shots": [shot_view(*s) for s in shots if s[0]]}
 
 
-def _routes(qa: dict[str, Any]) -> str:
-    head = (f'<tr><th style="{_CELL};font-size:13px;color:#555">Page vérifiée</th>'
-            f'<th style="{_CELL};font-size:13px;color:#555;width:35%">Verdict</th></tr>')
-    return (_h2(f"Vérification en préproduction ({qa.get('target')}, itération {qa.get('iteration')})")
-            + '<table role="presentation" style="width:100%;border-collapse:collapse;font-size:15px">'
-            + head + "".join(_route_rows(r) for r in qa["routes"]) + "</table>")
+def qa_view(qa: dict[str, Any]) -> dict[str, Any]:
+    return {"target": qa.get("target"), "iteration": qa.get("iteration"),
+            "routes": [route_view(r) for r in qa["routes"]]}
 
 
-def page(facts: dict[str, Any], draft: str, summary: str, commits: Sequence[str]) -> str:
-    """The recap's HTML part."""
-    qa = facts["qa"]
-    parts = [f'<h1 style="font-size:20px;margin:0 0 6px">{_e(facts["subject"] or "(sans objet)")}</h1>',
-             f'<p style="margin:0 0 12px;color:#555;font-size:14px">De {_e(facts["envelope_from"] or "?")}'
-             f' · {_e(facts["intent"])}/{_e(facts["complexity"])}</p>']
-    if facts.get("cover"):
-        parts.append('<blockquote style="margin:0 0 12px;padding:8px 12px;border-left:3px solid #ccc;color:#444;'
-                     f'white-space:pre-wrap">{_e(facts["cover"])}</blockquote>')
-    parts += [_h2("Ce que l'agent a fait"), _para(summary)]
-    if commits:
-        parts.append('<p style="margin:0 0 10px">Commits : '
-                     + ", ".join(f"<code>{_e(c)}</code>" for c in commits) + "</p>")
-    if learnt := lesson_lines(facts):
-        parts += [_h2(LESSONS_TITLE), "".join(_para(line, "font-size:14px") for line in learnt)]
-    if facts.get("changes"):
-        parts.append(_changes(facts["changes"]))
-    parts.append(_routes(qa) if qa["routes"] else _para(NOTHING_DEPLOYED))
-    parts.append(_para(f"Coût : {float(facts['cost']):.2f} USD ({facts['launches']} lancement(s))",
-                       "color:#555;font-size:14px;margin-top:16px"))
-    parts.append('<div style="margin:24px 0 0;padding:4px 14px 10px;background:#f5f3ea;border:1px solid #e0dcc8;'
-                 f'border-radius:6px">{_h2(DRAFT_TITLE)}{_para(draft)}</div>')
-    return ('<!doctype html><html lang="fr"><head><meta charset="utf-8">'
-            '<meta name="viewport" content="width=device-width,initial-scale=1"><title>Atlas</title></head>'
-            f'<body style="margin:0;padding:12px;background:#fff;color:#222;{_FONT};font-size:16px;'
-            f'line-height:1.45"><div style="max-width:640px;margin:0 auto;overflow-wrap:anywhere">'
-            f'{"".join(parts)}</div></body></html>')
+def cost_line(facts: dict[str, Any]) -> str:
+    return f"Coût : {float(facts['cost']):.2f} USD ({facts['launches']} lancement(s))"
+
+
+def recap(facts: dict[str, Any], draft: str, summary: str, commits: Sequence[str]) -> dict[str, Any]:
+    """The recap's data: asked, intent, done, what changed, lessons, QA per route, cost, draft."""
+    return {"subject": facts["subject"] or "(sans objet)", "sender": facts["envelope_from"] or "?",
+            "intent": facts["intent"], "complexity": facts["complexity"], "cover": facts.get("cover") or "",
+            "summary": summary, "commits": list(commits), "lessons": lesson_lines(facts),
+            "changes": [change_view(c) for c in facts.get("changes") or []], "qa": qa_view(facts["qa"]),
+            "cost": cost_line(facts), "draft": draft}
+
+
+def alert(facts: dict[str, Any], events: Sequence[str], done: int, limit: int, only_iso: bool) -> dict[str, Any]:
+    """The alert's data: the status and its last events, the launch's stop or failed merge,
+    a failed deploy, each route's verdict and the launches made against the budget."""
+    launch = facts["launch"]
+    salvage = launch.get("salvage") or {}
+    stopped = merge = None
+    if facts["status"] == Status.SPAWN_FAILED:
+        stopped = {"reason": launch.get("stop_reason"), "branch": salvage.get("branch") or launch.get("branch"),
+                   "commits": list(salvage.get("commits") or []), "resumable": bool(salvage.get("resumable")),
+                   "contract": str(salvage["contract"])[:CONTRACT_CHARS] if salvage.get("contract") else ""}
+    if facts["status"] == Status.MERGE_FAILED:
+        merge = {"why": salvage.get("merge"), "branch": launch.get("branch")}
+    return {"subject": facts["subject"] or "(sans objet)", "status": facts["status"], "events": list(events),
+            "stopped": stopped, "merge": merge, "deploy": deploy_view(facts["qa"]), "qa": qa_view(facts["qa"]),
+            "done": done, "limit": limit, "only_iso": only_iso}

@@ -356,7 +356,7 @@ def mail_monthly(days: int = 30, now: datetime | None = None, mailbox_id: str | 
     """Mail this month's report to the founder, exactly once per month (see the module's
     docstring); returns the facade's `SendResult` (`already_sent` on a second run)."""
     from synedre import db
-    from synedre.mail import outbound
+    from synedre.mail import outbound, templating
 
     now = now or datetime.now(UTC)
     period = period_of(now)
@@ -366,6 +366,6 @@ def mail_monthly(days: int = 30, now: datetime | None = None, mailbox_id: str | 
         # the text the month's first run stored: a retry mails that one, not a newer render
         stored = conn.execute("SELECT raw FROM synedre.raw_messages WHERE id = %s", (mid,)).fetchone()
         assert stored is not None  # report_row just found or created it
-    body = bytes(stored["raw"]).decode().split("\r\n\r\n", 1)[1]
+    mail = templating.mail("calibration", {"report": bytes(stored["raw"]).decode().split("\r\n\r\n", 1)[1]})
     return outbound.send_to_founder(db.transaction, mailbox_id or sender_mailbox(), mid, REPORT_KIND,
-                                    subject=REPORT_SUBJECT.format(period=period), text=body)
+                                    subject=REPORT_SUBJECT.format(period=period), text=mail.text, html=mail.html)

@@ -17,63 +17,48 @@ from synedre.db import changes
 from synedre.db.types import Conn
 from synedre.ingest.mime import body_text
 from synedre.log import log
-from synedre.mail import outbound, recap_view
+from synedre.mail import outbound, recap_view, templating
 from synedre.pipeline import BY_NAME, ApprovalStatus
 
 STAGE = BY_NAME["approval"]
 
 
-def request_text(row: dict[str, Any], cover: str) -> tuple[str, str]:
-    """(subject, text) of the request: what was asked (fenced), the facts, how to answer."""
-    f, token, fence = row["facts"], row["token"], secrets.token_hex(4)
-    subject = f"Accord requis {token} : {row['subject'] or '(sans objet)'}"
+def request(row: dict[str, Any], cover: str) -> tuple[str, str, dict[str, Any]]:
+    """(subject, template, data) of the request (approval.* for a launch, approval-deploy.*
+    for a deploy): what was asked or the deploy's diff, fenced (it is someone else's text),
+    the facts, how to answer."""
+    subject = f"Accord requis {row['token']} : {row['subject'] or '(sans objet)'}"
     if row["gate"] == decisions.DEPLOY_GATE:
-        return subject, _deploy_request_text(row, fence)
-    lines = [f"Un lancement attend votre accord (règle {f['rule']} : {f['why']}).", "",
-             f"Client : {f.get('client') or 'inconnu'}", f"Intention : {f['intent']}/{f['complexity']}"
-             f" (confiance {float(f.get('confidence') or 0):.2f})", f"Modèle : {f['model']}",
-             f"Outils : {', '.join(f['tools']) or 'aucun'}", f"Coût estimé : au plus {f['estimated_usd']:.2f} USD", "",
-             f"Ce qui est demandé (le texte du courriel, entre les marques {fence}) :",
-             f"----- début {fence} -----", cover.strip() or "(vide)", f"----- fin {fence} -----", "",
-             *_previous(row, fence),
-             "Pour répondre : répondez à ce message en commençant par OK pour lancer, ou par NON pour refuser"
-             " (une note peut suivre). Seule votre propre réponse signée compte, pas le texte cité.",
-             f"Sans réponse le {row['expires_at']:%Y-%m-%d %H:%M} UTC, la demande expire.", "",
-             f"Référence de la demande : {token}"]
-    return subject, "\n".join(lines)
+        return subject, "approval-deploy", _deploy_request(row)
+    f = row["facts"]
+    return subject, "approval", {
+        **_answer(row), "client": f.get("client") or "inconnu", "intent": f["intent"], "complexity": f["complexity"],
+        "confidence": float(f.get("confidence") or 0), "model": f["model"], "tools": list(f["tools"]),
+        "estimated_usd": f["estimated_usd"], "cover": cover.strip() or "(vide)",
+        # a follow-up (a new request in a recap's thread): what the previous request's work changed
+        # (the paths and subjects are the agent's, redacted when they were taken)
+        "follows": row.get("follows_message_id"),
+        "previous": [recap_view.change_view(c, notes=False) for c in row.get("previous") or []]}
 
 
-def _previous(row: dict[str, Any], fence: str) -> list[str]:
-    """A follow-up (a new request in a recap's thread): what the previous request's work
-    changed, files with their lines added and removed, branch and commits (the paths and
-    subjects are the agent's, redacted when they were taken: fenced here)."""
-    if not row.get("follows_message_id"):
-        return []
-    before = f"Cette demande fait suite à une précédente (message {row['follows_message_id']})"
-    if not row.get("previous"):
-        return [f"{before}, dont le travail n'a enregistré aucun changement dans le dépôt.", ""]
-    return [f"{before}. Ce que son travail a changé (écrit par l'agent, entre les marques {fence}) :",
-            f"----- début {fence} -----", *recap_view.change_lines(row["previous"], notes=False),
-            f"----- fin {fence} -----", ""]
+def _answer(row: dict[str, Any]) -> dict[str, Any]:
+    """What every request says: the rule and why, its marks, expiry and reference."""
+    return {"rule": row["facts"]["rule"], "why": row["facts"]["why"], "fence": secrets.token_hex(4),
+            "expires": f"{row['expires_at']:%Y-%m-%d %H:%M}", "token": row["token"]}
 
 
-def _deploy_request_text(row: dict[str, Any], fence: str) -> str:
+def _deploy_request(row: dict[str, Any]) -> dict[str, Any]:
     """The deploy's request: which files changed how the site is deployed, their diff
-    (redacted when it was taken, fenced here: it is the agent's text), how to answer."""
-    f, token = row["facts"], row["token"]
-    lines = [f"Un déploiement attend votre accord (règle {f['rule']} : {f['why']}).", "",
-             f"Client : {f.get('client') or 'inconnu'}", f"Cible : {f.get('target')}",
-             f"Fichiers modifiés : {', '.join(f.get('paths') or [])}",
-             f"Depuis {str(f.get('baseline') or 'le début')[:12]} (le dernier déploiement accepté)"
-             f" jusqu'à {str(f.get('head'))[:12]}.",
-             "", "Ce script est exécuté par la flotte ; lisez-le avant d'accepter.",
-             f"Le diff (écrit par l'agent, entre les marques {fence}) :", f"----- début {fence} -----",
-             (f.get("diff") or "").rstrip() or "(vide)", f"----- fin {fence} -----", "",
-             "Pour répondre : répondez à ce message en commençant par OK pour déployer, ou par NON pour refuser"
-             " (une note peut suivre). Seule votre propre réponse signée compte, pas le texte cité.",
-             f"Sans réponse le {row['expires_at']:%Y-%m-%d %H:%M} UTC, la demande expire.", "",
-             f"Référence de la demande : {token}"]
-    return "\n".join(lines)
+    (redacted when it was taken), how to answer."""
+    f = row["facts"]
+    return {**_answer(row), "client": f.get("client") or "inconnu", "target": f.get("target"),
+            "paths": list(f.get("paths") or []), "baseline": str(f.get("baseline") or "le début")[:12],
+            "head": str(f.get("head"))[:12], "diff": (f.get("diff") or "").rstrip() or "(vide)"}
+
+
+def expired(row: dict[str, Any]) -> dict[str, Any]:
+    """The data of the mail (approval-expired.*) that says a request expired unanswered."""
+    return {"rule": row["rule"], "token": row["token"], "expires": f"{row['expires_at']:%Y-%m-%d %H:%M}"}
 
 
 @dataclass(frozen=True)
@@ -107,17 +92,17 @@ class Approval(runner.StageCode[dict[str, Any], _Mailed]):
     def work(self, claim: runner.Claim, row: dict[str, Any]) -> _Mailed:
         mid = claim.message_id
         if row["due"]:  # one alert first (the facade sends it once), then the request and the message end
-            text = (f"Votre accord n'est pas venu à temps : la demande ({row['rule']}, référence {row['token']}) a"
-                    f" expiré le {row['expires_at']:%Y-%m-%d %H:%M} UTC. Rien n'a été lancé ; le message est clos"
-                    " (refused).")
+            mail = templating.mail("approval-expired", expired(row))
             outbound.send_to_founder(db.transaction, row["mailbox"], mid, decisions.EXPIRED_KIND,
-                                     subject=f"Demande expirée : {row['subject'] or '(sans objet)'}", text=text)
+                                     subject=f"Demande expirée : {row['subject'] or '(sans objet)'}", text=mail.text,
+                                     html=mail.html)
             return _Mailed(row, None)
         cover = split_cover_quoted(body_text(bytes(row["raw"]))).cover
-        subject, text = request_text(row, cover)
+        subject, template, data = request(row, cover)
+        mail = templating.mail(template, data)
         kind = decisions.request_kind(row["gate"], row["launch_id"])
         return _Mailed(row, outbound.send_to_founder(db.transaction, row["mailbox"], mid, kind,
-                                                     subject=subject, text=text))
+                                                     subject=subject, text=mail.text, html=mail.html))
 
     def write(self, conn: Conn, claim: runner.Claim, mailed: _Mailed) -> runner.Result:
         row = mailed.row

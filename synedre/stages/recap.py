@@ -14,8 +14,7 @@ from synedre.config import Settings, get_settings
 from synedre.db import changes, launches, lessons, messages
 from synedre.ingest.mime import body_text
 from synedre.log import log
-from synedre.mail import outbound, recap_view
-from synedre.mail.recap_view import DRAFT_TITLE, NOTHING_DEPLOYED, route_line
+from synedre.mail import outbound, recap_view, templating
 from synedre.orchestrate import iterations
 from synedre.orchestrate.contract import contract_of
 from synedre.pipeline import ALERTED, BY_NAME, Status
@@ -72,36 +71,14 @@ def draft_reply(facts: dict[str, Any]) -> tuple[str, str]:
 
 
 def compose(facts: dict[str, Any], draft: str) -> tuple[str, str, list[Path]]:
-    """(text, html, attachments) of the recap: asked, intent, done, QA per route (the page
-    checked, with its figures when it failed), cost, draft. The HTML shows each route's
-    screenshot inline (`cid:`, see `outbound.content_id`), its mock-up diff beside it."""
-    c, qa = facts["contract"], facts["qa"]
+    """(text, html, attachments) of the recap (templates recap.txt and recap.html): asked,
+    intent, done, QA per route (the page checked, with its figures when it failed), cost,
+    draft. The HTML shows each route's screenshot inline (`cid:`, see
+    `compose.content_id`), its mock-up diff beside it."""
+    c = facts["contract"]
     summary, commits = (c.summary_md if c else "") or "(aucun résumé)", list(c.commits) if c else []
-    lines = [f"Demande : {facts['subject'] or '(sans objet)'} (de {facts['envelope_from'] or '?'})",
-             f"Intention : {facts['intent']}/{facts['complexity']}"]
-    if facts.get("cover"):
-        lines += ["", "Le message :", facts["cover"]]
-    lines += ["", "Ce que l'agent a fait :", summary]
-    if commits:
-        lines += ["", "Commits : " + ", ".join(commits)]
-    if facts.get("changes"):
-        lines += ["", "Ce qui a changé :", *recap_view.change_lines(facts["changes"])]
-    if learnt := recap_view.lesson_lines(facts):
-        lines += ["", recap_view.LESSONS_TITLE + " :", *(f"- {line}" for line in learnt)]
-    shots: list[Path] = []
-    if qa["routes"]:
-        lines += ["", f"Vérification en préproduction ({qa.get('target')}, itération {qa.get('iteration')}) :"]
-        for r in qa["routes"]:
-            lines.append(f"- {route_line(r)}")
-            shots += _proofs(r)
-    else:
-        lines += ["", NOTHING_DEPLOYED]
-    lines += ["", _cost(facts), "", DRAFT_TITLE + " :", "", draft]
-    return "\n".join(lines), recap_view.page(facts, draft, summary, commits), shots
-
-
-def _cost(facts: dict[str, Any]) -> str:
-    return f"Coût : {float(facts['cost']):.2f} USD ({facts['launches']} lancement(s))"
+    mail = templating.mail("recap", recap_view.recap(facts, draft, summary, commits))
+    return mail.text, mail.html, [p for r in facts["qa"]["routes"] for p in _proofs(r)]
 
 
 def _proofs(route: dict[str, Any]) -> list[Path]:
@@ -179,31 +156,12 @@ def alert(message_id: int, s: Settings | None = None) -> str:
         spent = iterations.budget(conn, message_id, s or get_settings())
     if facts["status"] not in ALERTED:
         return f"nothing to alert (status {facts['status']})"
-    launch, qa = facts["launch"], facts["qa"]
-    lines = [f"Demande : {facts['subject'] or '(sans objet)'}", f"Statut : {facts['status']} ({', '.join(events)})"]
-    salvage = launch.get("salvage") or {}
-    if facts["status"] == Status.SPAWN_FAILED:
-        lines += [f"Lancement arrêté : {launch.get('stop_reason')}",
-                  f"Commits sur la branche {salvage.get('branch') or launch.get('branch')}: "
-                  + (", ".join(salvage.get("commits") or []) or "aucun"),
-                  "Reprise possible (session enregistrée)." if salvage.get("resumable") else "Pas de reprise possible."]
-        if salvage.get("contract"):
-            lines += ["Contrat partiel :", str(salvage["contract"])[:2000]]
-    if facts["status"] == Status.MERGE_FAILED:
-        lines += [f"L'agent a réussi, mais ses commits n'ont pas été fusionnés : {salvage.get('merge')}",
-                  f"Ils restent sur la branche {launch.get('branch')} ; le tronc n'a pas changé."]
-    lines += recap_view.deploy_lines(qa)
-    shots: list[Path] = []
-    for r in qa["routes"]:
-        lines.append(f"- {route_line(r)}")
-        shots += _proofs(r)
-    lines.append(f"Itérations : {spent.done} lancement(s) sur un budget de {spent.limit}"
-                 + (" (budget de conformité à la maquette)" if spent.only_iso else ""))
-    text = "\n".join(lines)
+    mail = templating.mail("alert", recap_view.alert(facts, events, spent.done, spent.limit, spent.only_iso))
+    shots = [p for r in facts["qa"]["routes"] for p in _proofs(r)]
     try:
         sent = outbound.send_to_founder(db.transaction, facts["mailbox"], message_id, "alert",
-                                        subject=f"Alerte {facts['status']} : {facts['subject'] or ''}", text=text,
-                                        attachments=shots)
+                                        subject=f"Alerte {facts['status']} : {facts['subject'] or ''}",
+                                        text=mail.text, html=mail.html, attachments=shots)
     except outbound.MailNotSent as exc:
         raise RecapDeferred(str(exc)) from exc
     with db.transaction() as conn:

@@ -14,7 +14,7 @@ from typing import Any
 from aiosmtpd.controller import Controller
 
 # `<atlas-{kind}-{message id}.{hash}@domain>`: the Message-ID the mail facade gives every
-# mail to the founder (synedre/mail/outbound.py, rfc_message_id).
+# mail to the founder (synedre/mail/compose.py, rfc_message_id).
 ATLAS_ID = re.compile(r"<atlas-(?P<kind>[a-z0-9-]+)-(?P<message>\d+)\.[0-9a-f]{12}@")
 
 

@@ -10,8 +10,9 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from synedre import db as synedre_db
-from synedre.mail import outbound
-from synedre.mail.outbound import MailNotSent, SendOutcome as Outcome, build, send_to_founder
+from synedre.mail import compose, outbound, outbox, transport
+from synedre.mail.compose import build
+from synedre.mail.outbound import MailNotSent, SendOutcome as Outcome, send_to_founder
 from synedre.pipeline import OutboundStatus as Status
 from tests.mail.fixtures import ATLAS, FOUNDER, insert_founder, use_atlas_mailbox
 from tests.services.smtp import start_smtp
@@ -40,7 +41,7 @@ def test_built_mail_is_threaded_with_text_html_and_attachments_and_skips_a_missi
     shot = _shot(tmp_path)
     built = build("recap", 42, ORIGINAL, FOUNDER, ATLAS, "[Atlas] Site   mis à jour", "Bonjour,\nc'est fait.",
                   "<p>Bonjour, c'est fait.</p>", [shot, tmp_path / "gone.png"],
-                  references=outbound.message_ids(CHAIN), founder_name="Julien Moreau")
+                  references=compose.message_ids(CHAIN), founder_name="Julien Moreau")
     msg = built.message
     assert msg["Subject"] == "[Atlas] Site mis à jour"          # prefixed once, one line
     assert msg["In-Reply-To"] == ORIGINAL
@@ -56,17 +57,17 @@ def test_built_mail_is_threaded_with_text_html_and_attachments_and_skips_a_missi
     files = [(p.get_filename(), p.get_content_type(), p.get_content()) for p in msg.iter_attachments()]
     assert files == [("home.png", "image/png", shot.read_bytes())]
     assert built.attached == ("home.png",)
-    assert built.skipped == (outbound.Skipped("gone.png", "missing"),)
+    assert built.skipped == (compose.Skipped("gone.png", "missing"),)
     assert b"\r\n" in built.as_bytes() and b"\n\n" not in built.as_bytes().replace(b"\r\n", b"")
 
 
 def test_message_id_is_deterministic_per_message_and_kind():
-    one = outbound.rfc_message_id("recap", 7, ORIGINAL, ATLAS)
-    assert one == outbound.rfc_message_id("recap", 7, ORIGINAL, ATLAS)
-    assert one != outbound.rfc_message_id("alert", 7, ORIGINAL, ATLAS)
-    assert one != outbound.rfc_message_id("recap", 8, ORIGINAL, ATLAS)
+    one = compose.rfc_message_id("recap", 7, ORIGINAL, ATLAS)
+    assert one == compose.rfc_message_id("recap", 7, ORIGINAL, ATLAS)
+    assert one != compose.rfc_message_id("alert", 7, ORIGINAL, ATLAS)
+    assert one != compose.rfc_message_id("recap", 8, ORIGINAL, ATLAS)
     with pytest.raises(ValueError):
-        outbound.rfc_message_id("Recap!", 7, ORIGINAL, ATLAS)
+        compose.rfc_message_id("Recap!", 7, ORIGINAL, ATLAS)
 
 
 def test_a_subject_cannot_smuggle_a_header_or_a_recipient():
@@ -79,8 +80,8 @@ def test_a_subject_cannot_smuggle_a_header_or_a_recipient():
 
 
 def test_appenduid_is_read_from_the_append_reply():
-    assert outbound.appenduid(b"[APPENDUID 1796119008 12] Append completed.") == (1796119008, 12)
-    assert outbound.appenduid(b"Append completed.") is None
+    assert transport.appenduid(b"[APPENDUID 1796119008 12] Append completed.") == (1796119008, 12)
+    assert transport.appenduid(b"Append completed.") is None
 
 
 def test_no_entry_point_takes_a_recipient():
@@ -145,7 +146,7 @@ def test_it_is_first_saved_as_a_draft_in_drafts_with_the_draft_flag(mail):
     first = outbound.save_draft(synedre_db.transaction, "atlas", mail["mid"], "recap", subject="Refonte",
                                 text=BODY_MARK, attachments=[mail["tmp"] / "missing.png"])
     assert first.outcome is Outcome.DRAFT_SAVED and first.status is Status.DRAFT_SAVED
-    assert first.skipped == (outbound.Skipped("missing.png", "missing"),)
+    assert first.skipped == (compose.Skipped("missing.png", "missing"),)
     drafts = _folder(mail["dovecot"], "Drafts")  # created: the test server had none
     assert drafts is not None and list(drafts) == [first.draft_uid]
     (item,) = drafts.values()
@@ -321,17 +322,17 @@ def test_a_draft_claim_behind_an_uncommitted_first_one_gets_its_row_and_no_claim
     row and, once it commits, finds it taken (the first's claim is live), without an error."""
     from psycopg.rows import dict_row
 
-    rfc = outbound.rfc_message_id("recap", mail["mid"], ORIGINAL, ATLAS)
+    rfc = compose.rfc_message_id("recap", mail["mid"], ORIGINAL, ATLAS)
     first = psycopg.connect(mail["db"], row_factory=dict_row)
     got: list = []
     try:
-        row, owned = outbound._claim(first, mail["mid"], "recap", "atlas", rfc)  # uncommitted
+        row, owned = outbox.claim(first, mail["mid"], "recap", "atlas", rfc)  # uncommitted
         assert owned
 
         def second() -> None:
             with psycopg.connect(mail["db"], row_factory=dict_row) as conn:
                 try:
-                    got.append(outbound._claim(conn, mail["mid"], "recap", "atlas", rfc))
+                    got.append(outbox.claim(conn, mail["mid"], "recap", "atlas", rfc))
                 except psycopg.Error as exc:
                     got.append(exc)
         racer = threading.Thread(target=second)

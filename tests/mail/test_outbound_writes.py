@@ -8,7 +8,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from synedre.config import Settings
-from synedre.mail import outbound
+from synedre.mail import outbox
 from synedre.pipeline import OutboundStatus
 from synedre.stages.poll import ingest_one
 from tests.conftest import CORPUS
@@ -27,7 +27,7 @@ def conn(db, tmp_path):
 
 def claimed(conn):
     with conn.transaction():
-        row, owned = outbound._claim(conn, 1, "recap", "atlas", "<recap-1@atlas.test>")
+        row, owned = outbox.claim(conn, 1, "recap", "atlas", "<recap-1@atlas.test>")
     assert owned and row["status"] == OutboundStatus.DRAFTING
     return row
 
@@ -40,7 +40,7 @@ def audit(conn, event):
 def test_a_released_claim_keeps_the_error_bounded_and_audits_who_and_why(conn):
     row = claimed(conn)
     with conn.transaction():
-        outbound._release(conn, row, OutboundStatus.DRAFTING, ERROR, "mail_draft_failed", transient=True)
+        outbox.release(conn, row, OutboundStatus.DRAFTING, ERROR, "mail_draft_failed", transient=True)
     stored = conn.execute("SELECT * FROM synedre.outbound_mail WHERE id = %s", (row["id"],)).fetchone()
     assert (stored["status"], stored["claimed_at"], stored["error"]) == ("drafting", None, ERROR[:2000])
     assert audit(conn, "mail_draft_failed") == [{
@@ -52,7 +52,7 @@ def test_a_release_by_a_superseded_claim_changes_nothing_and_audits_nothing(conn
     row = claimed(conn)
     conn.execute("UPDATE synedre.outbound_mail SET attempts = attempts + 1 WHERE id = %s", (row["id"],))
     with conn.transaction():
-        outbound._release(conn, row, OutboundStatus.DRAFTING, "late", "mail_draft_failed")
+        outbox.release(conn, row, OutboundStatus.DRAFTING, "late", "mail_draft_failed")
     assert conn.execute("SELECT claimed_at FROM synedre.outbound_mail WHERE id = %s",
                         (row["id"],)).fetchone()["claimed_at"] is not None
     assert audit(conn, "mail_draft_failed") == []
@@ -63,13 +63,13 @@ def test_a_send_lost_during_data_becomes_unknown_with_its_reason_once(conn):
     conn.execute("UPDATE synedre.outbound_mail SET status = 'sending', draft_uid = 7 WHERE id = %s", (row["id"],))
     sending = conn.execute("SELECT * FROM synedre.outbound_mail WHERE id = %s", (row["id"],)).fetchone()
     with conn.transaction():
-        unknown = outbound._mark_unknown(conn, sending, ERROR)
+        unknown = outbox.mark_unknown(conn, sending, ERROR)
     assert unknown["status"] == "send_unknown" and unknown["error"] == ERROR[:2000]
     assert audit(conn, "mail_send_unknown") == [{
         "kind": "recap", "rfc_message_id": "<recap-1@atlas.test>", "attempt": sending["attempts"],
         "reason": "lost_during_data", "error": ERROR[:500]}]
     with conn.transaction():  # no longer sending: a second verdict writes nothing
-        assert outbound._mark_unknown(conn, sending, "again") is None
+        assert outbox.mark_unknown(conn, sending, "again") is None
     assert len(audit(conn, "mail_send_unknown")) == 1
 
 
@@ -79,7 +79,7 @@ def test_a_send_marked_sent_audits_what_left_and_how_the_server_answered(conn):
     sending = conn.execute("SELECT * FROM synedre.outbound_mail WHERE id = %s", (row["id"],)).fetchone()
     reply = "250 2.0.0 Ok: queued as " + "Q" * 300
     with conn.transaction():
-        outbound._mark_sent(conn, sending, reply)
+        outbox.mark_sent(conn, sending, reply)
     stored = conn.execute("SELECT * FROM synedre.outbound_mail WHERE id = %s", (row["id"],)).fetchone()
     assert stored["status"] == "sent" and stored["sent_at"] is not None and stored["claimed_at"] is None
     assert audit(conn, "mail_sent") == [{
@@ -94,18 +94,18 @@ def sending_since(conn, row, seconds):
 
 def test_a_send_within_its_lease_is_left_sending_even_past_a_draft_s_lease(conn):
     row = claimed(conn)
-    sending_since(conn, row, outbound.DRAFT_LEASE_S + 60)  # < SEND_LEASE_S: it may still be sending
-    assert outbound.DRAFT_LEASE_S + 60 < outbound.SEND_LEASE_S
+    sending_since(conn, row, outbox.DRAFT_LEASE_S + 60)  # < SEND_LEASE_S: it may still be sending
+    assert outbox.DRAFT_LEASE_S + 60 < outbox.SEND_LEASE_S
     with conn.transaction():
-        again, owned = outbound._claim(conn, 1, "recap", "atlas", "<recap-1@atlas.test>")
+        again, owned = outbox.claim(conn, 1, "recap", "atlas", "<recap-1@atlas.test>")
     assert (again["status"], owned) == ("sending", False) and audit(conn, "mail_send_unknown") == []
 
 
 def test_a_send_past_its_lease_becomes_unknown_once_and_is_not_owned(conn):
     row = claimed(conn)
-    sending_since(conn, row, outbound.SEND_LEASE_S + 60)
+    sending_since(conn, row, outbox.SEND_LEASE_S + 60)
     with conn.transaction():
-        stuck, owned = outbound._claim(conn, 1, "recap", "atlas", "<recap-1@atlas.test>")
+        stuck, owned = outbox.claim(conn, 1, "recap", "atlas", "<recap-1@atlas.test>")
     assert (stuck["status"], owned) == ("send_unknown", False)
     assert audit(conn, "mail_send_unknown") == [{
         "kind": "recap", "rfc_message_id": "<recap-1@atlas.test>", "attempt": row["attempts"],

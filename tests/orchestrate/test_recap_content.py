@@ -354,14 +354,14 @@ def test_a_failed_deploy_alert_gives_its_exit_code_and_the_tail_of_its_log(env):
 # ---- the pieces ----------------------------------------------------------------------------
 
 def test_an_image_the_html_names_goes_inline_and_the_others_stay_attachments(tmp_path):
-    from synedre.mail import outbound
+    from synedre.mail import compose
 
     shot, diff, log = tmp_path / "check-7.png", tmp_path / "check-7.diff.png", tmp_path / "deploy.log"
     for p in (shot, diff):
         p.write_bytes(b"\x89PNG\r\n\x1a\n" + p.name.encode())
     log.write_text("log")
-    html = f'<p>x</p><img src="cid:{outbound.content_id(shot.name)}"><img src="cid:{outbound.content_id(diff.name)}">'
-    built = outbound.build("recap", 7, "<o@x.fr>", FOUNDER, "atlas@atelier-moreau.fr", "s", "le texte", html,
+    html = f'<p>x</p><img src="cid:{compose.content_id(shot.name)}"><img src="cid:{compose.content_id(diff.name)}">'
+    built = compose.build("recap", 7, "<o@x.fr>", FOUNDER, "atlas@atelier-moreau.fr", "s", "le texte", html,
                            [shot, diff, log, tmp_path / "gone.png"])
     msg = built.message
     assert plain(msg).strip() == "le texte"  # the text part, for clients without HTML
@@ -369,8 +369,8 @@ def test_an_image_the_html_names_goes_inline_and_the_others_stay_attachments(tmp
     root, *inline = related.iter_parts()
     assert root.get_content_type() == "text/html"
     assert [(str(p["Content-ID"]), p.get_content_disposition(), p.get_content()) for p in inline] == [
-        (f"<{outbound.content_id(shot.name)}>", "inline", shot.read_bytes()),
-        (f"<{outbound.content_id(diff.name)}>", "inline", diff.read_bytes())]
+        (f"<{compose.content_id(shot.name)}>", "inline", shot.read_bytes()),
+        (f"<{compose.content_id(diff.name)}>", "inline", diff.read_bytes())]
     assert [p.get_filename() for p in msg.iter_attachments()] == ["deploy.log"]
     assert [s.name for s in built.skipped] == ["gone.png"]
 

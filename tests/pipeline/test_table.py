@@ -103,6 +103,19 @@ def test_no_module_but_the_runner_writes_a_message_status():
     assert len({w for w in writers if w[0] == "synedre/runner/doors.py"}) == 10
 
 
+WRITES_OUTBOUND_STATUS = re.compile(
+    r"UPDATE\s+synedre\.outbound_mail\b(?:\s+\w+)?\s+SET\b(?:(?!\bWHERE\b).)*?(?<![\w.])(?:\w+\.)?status\s*="
+    r"|INSERT\s+INTO\s+synedre\.outbound_mail\b(?:\s+AS\s+\w+)?\s*\([^)]*\bstatus\b", re.S | re.I)
+
+
+def test_no_module_but_the_outbox_writes_an_outbound_mail_status():
+    """The outbound mail's machine has its own single writer, synedre/mail/outbox.py: the
+    send loop, the transport and the stages go through its doors."""
+    writers = {p.relative_to(ROOT).as_posix() for p in PACKAGE for _, s in sql_strings(p)
+               if WRITES_OUTBOUND_STATUS.search(s)}
+    assert writers == {"synedre/mail/outbox.py"}
+
+
 def named_values(path: Path) -> list[tuple[int, str]]:
     """The module's plain string values, but for what only shares a status's word: a key of a
     dict or a row (`r["materialized"]`, JSON output) and a log line's event name."""
