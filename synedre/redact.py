@@ -30,8 +30,8 @@ Limits, by design:
   deltas, two content blocks) is not seen whole by `redact_obj`. The launcher therefore
   stores no delta text at all (its length only: the complete message repeats it) and
   redacts the text blocks of one message joined as well, then hides in each block what
-  the joined text's redaction hid across them (`merge_pieces`; synedre/spawn/launcher.py,
-  `_Stream`).
+  the joined text's redaction hid across them (`merge_pieces`; synedre/spawn/reassembly.py,
+  `Reassembler`).
 
 Why hand-written rules rather than `detect-secrets`: measured on this stream, its line
 scanner took 1.9 s on a 0.5 MB line and grows faster than the line (5 MB lines are

@@ -18,7 +18,7 @@ from synedre.orchestrate.compaction import (
     truncate_lines,
 )
 from synedre.redact import Redactor
-from synedre.spawn.launcher import _Stream
+from synedre.spawn.reassembly import Reassembler
 from tests.orchestrate.transcripts import coding_session
 
 pytestmark = pytest.mark.timeout(60)
@@ -42,11 +42,11 @@ class _Rows:
 
 
 def as_stored(events: list[dict]) -> list[dict]:
-    """`events` as launch_events holds them: through the launcher's own `_Stream` (the CLI's
+    """`events` as launch_events holds them: through the launcher's own `Reassembler` (the CLI's
     NDJSON lines reassembled, each partial's delta stripped to its length, redacted), one
     row per event, partials included. What iterations.py reads back and compacts."""
     rows = _Rows()
-    stream = _Stream(Redactor(), None, rows, None)
+    stream = Reassembler(Redactor(), None, rows.add, None)
     stream.handle(stream.reader.feed(b"".join(json.dumps(e, ensure_ascii=False).encode() + b"\n"
                                               for e in events)))
     stream.handle(stream.reader.close())
