@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from synedre.redact import Redactor, merge_pieces
+from synedre.redact import Redactor
+from synedre.redact.pieces import merge_pieces
 from synedre.spawn.stream import Event, LineReader, ResultMessage, StreamParseError, SystemInit, parse_event
 
 

@@ -23,7 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from synedre import runner
-from synedre.redact import Redactor, merge_pieces
+from synedre.redact import Redactor
+from synedre.redact.pieces import merge_pieces
 from synedre.spawn.event_writer import EventWriter
 from synedre.spawn.reassembly import Reassembler
 from synedre.spawn.stream import AssistantMessage, ResultMessage, StreamEvent
