@@ -317,7 +317,7 @@ def check_qa_browser(s: Settings) -> Check:
     run as, or why every browser check would fail."""
     import os
 
-    from synedre.orchestrate.qa import BrowserUnavailable, confinement
+    from synedre.orchestrate.browser import BrowserUnavailable, confinement
 
     try:
         confinement(s)
