@@ -5,16 +5,13 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from synedre.orchestrate.compaction import (
+from synedre.orchestrate.compaction import MILESTONE_MAX_CALLS, compact, render
+from synedre.orchestrate.terminal_output import (
     HEAD_LINES,
-    MILESTONE_MAX_CALLS,
     OK_SENTINEL,
     TAIL_LINES,
     TRUNCATE_OVER_LINES,
-    approx_tokens,
     clean_terminal,
-    compact,
-    render,
     truncate_lines,
 )
 from synedre.redact import Redactor
@@ -52,6 +49,13 @@ def as_stored(events: list[dict]) -> list[dict]:
     stream.handle(stream.reader.close())
     assert len(rows.payloads) == len(events)
     return rows.payloads
+
+
+def approx_tokens(obj) -> int:
+    """Roughly 4 characters of JSON per token (Claude's tokenizers on English and code):
+    coarse, but the same yardstick before and after, which is all a ratio needs."""
+    text = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False, default=str)
+    return (len(text) + 3) // 4
 
 
 def results(events):
