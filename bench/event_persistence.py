@@ -1,10 +1,10 @@
 """100,000 stream events persisted the runner's way, next to a raw COPY of the same rows.
 
 The redacted path is synedre/spawn/launcher.py's own, driven directly: the NDJSON bytes of
-the stream, in reads of `launcher.READ_SIZE`, go through `_Stream` (`LineReader`; each delta
+the stream, in reads of `launcher.READ_SIZE`, go through `Reassembler` (`LineReader`; each delta
 stripped to its length; each message's events held until it ends, its text blocks
 redacted joined as well; then `Redactor.redact_obj` and `parse_event` on each event),
-whose `_EventWriter` hands the batches to a writer thread calling `launches.add_events` in
+whose `EventWriter` hands the batches to a writer thread calling `launches.add_events` in
 one transaction per call, as synedre/stages/spawn/launch.py's `persist` does. Its rate runs from
 the first read to the last row committed. The NDJSON copy the runner also writes is left
 out (`ndjson=None`): only the redaction and the database are measured.
@@ -90,6 +90,8 @@ def redacted(pg_url: str, state_dir: Path, data: bytes, tag: str) -> dict:
     from synedre.db import launches
     from synedre.redact import Redactor
     from synedre.spawn import launcher
+    from synedre.spawn.event_writer import EventWriter
+    from synedre.spawn.reassembly import Reassembler
 
     claim = new_launch(pg_url, state_dir, tag)
     seq, calls, writer_busy = [0], [0], [0.0]
@@ -103,16 +105,14 @@ def redacted(pg_url: str, state_dir: Path, data: bytes, tag: str) -> dict:
         writer_busy[0] += time.perf_counter() - t
 
     chunks = [data[i:i + launcher.READ_SIZE] for i in range(0, len(data), launcher.READ_SIZE)]
-    writer = launcher._EventWriter(persist)
-    stream = launcher._Stream(Redactor(SECRETS), None, writer, None)
-    add = writer.add
+    writer = EventWriter(persist)
     max_add = [0.0]
 
     def timed_add(pairs):
         t = time.perf_counter()
-        add(pairs)
+        writer.add(pairs)
         max_add[0] = max(max_add[0], time.perf_counter() - t)
-    writer.add = timed_add  # type: ignore[method-assign]
+    stream = Reassembler(Redactor(SECRETS), None, timed_add, None)
     t0 = last = time.perf_counter()
     max_gap = reader_busy = 0.0
     for chunk in chunks:

@@ -74,7 +74,7 @@ def consuming(workers: int) -> None:
 def browser_start_stop_s(rounds: int = 3) -> float:
     """Median time to start Playwright's driver and Chromium and stop both (what each route's
     task pays before and after its page), in this process."""
-    from synedre.orchestrate.qa import Browser
+    from synedre.orchestrate.browser import Browser
 
     times = []
     for _ in range(rounds):

@@ -40,8 +40,8 @@ SCOPE: dict[str, tuple[bool, list[str]]] = {
     "guard rails (classify/rules.py)": (False, ["synedre.classify.rules.*"]),
     "launch verdict (stages/spawn/verdict.py: succeeded)": (False, [
         "synedre.stages.spawn.verdict.x_succeeded__mutmut_*"]),
-    "redactor (redact.py: Redactor, exact pass)": (False, ["synedre.redact.xǁRedactorǁ*",
-                                                           "synedre.redact.xǁ_Exactǁ*"]),
+    "redactor (redact/: Redactor, exact pass)": (False, ["synedre.redact.xǁRedactorǁ*",
+                                                         "synedre.redact.exact.xǁ_Exactǁ*"]),
     "merge and fetch-back (spawn/workspace.py)": (False, [
         f"synedre.spawn.workspace.x_{f}__mutmut_*" for f in ("collect", "merge_back", "_dirty")]),
     "claim and fenced writes (runner/)": (True, [

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from synedre import oauth
 from synedre.config import get_settings, secret_from_env
 from synedre.log import log
+from synedre.oauth.config import OAuth2
 
 # Redis hash of refused logins, field "<mailbox>|<cause>" (synedre metrics reads it).
 FAILURES_KEY = "synedre:mailbox_login_failures"
@@ -56,7 +57,7 @@ class Mailbox(BaseModel):
     username: str
     auth: Literal["password", "oauth2"] = "password"
     password_env: str | None = None
-    oauth2: oauth.OAuth2 | None = None
+    oauth2: OAuth2 | None = None
     folder: str = "INBOX"
 
     @model_validator(mode="after")
@@ -283,7 +284,7 @@ def _explain(path: Path, box_id: str, error: Any) -> str:
     loc = [str(p) for p in error["loc"]]
     nested = bool(loc) and loc[0] == "oauth2" and (len(loc) > 1 or error["type"] == "value_error")
     table = f"[mailboxes.{box_id}.oauth2]" if nested else f"[mailboxes.{box_id}]"
-    model: type[BaseModel] = oauth.OAuth2 if nested else Mailbox
+    model: type[BaseModel] = OAuth2 if nested else Mailbox
     key = ".".join(loc[1:] if nested else loc)
     kind, msg = error["type"], str(error["msg"]).removeprefix("Value error, ")
     if kind == "extra_forbidden":

@@ -19,7 +19,7 @@ sees every worker on every machine, and nothing is kept in the workers:
   a Prometheus histogram must (they start from zero when the endpoint starts).
 
 The statuses, queue depths and switch come from the same functions as `synedre status`
-(synedre/health.py). A source that fails is reported by `synedre_source_up{source}` = 0
+(synedre/health/). A source that fails is reported by `synedre_source_up{source}` = 0
 and its metrics are left out of that scrape; the scrape itself never fails.
 """
 from __future__ import annotations

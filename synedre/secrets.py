@@ -6,7 +6,7 @@ from changes: the settings object, a file (the mailbox registry, a key file of
 variable the registry names; and again when this process obtains an OAuth2 access token. The
 redactor's costly part (every configured value's variants and the automaton that finds
 them) is built with them; each caller gets a fresh redactor sharing it, since a redactor
-remembers what it hid in one stream (synedre/redact.py) and a launch must not inherit
+remembers what it hid in one stream (synedre/redact/) and a launch must not inherit
 another's memory.
 """
 from __future__ import annotations

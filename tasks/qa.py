@@ -2,7 +2,7 @@
 any QA worker (`celery -A tasks worker -Q qa` scales them), joined in PostgreSQL (SPEC §9.3)."""
 from celery.signals import worker_process_init, worker_process_shutdown
 
-from synedre.orchestrate import qa as qa_checks
+from synedre.orchestrate import browser
 from synedre.pipeline import Status
 from synedre.runner import Done
 from synedre.stages import qa as qa_stage
@@ -29,9 +29,9 @@ def qa_route(self, message_id: int) -> str:
 
 @worker_process_init.connect
 def _keep_browser(**_):
-    qa_checks.keep_browser()  # one Chromium per worker child, for route after route
+    browser.keep_browser()  # one Chromium per worker child, for route after route
 
 
 @worker_process_shutdown.connect
 def _close_browser(**_):
-    qa_checks.close_kept_browser()
+    browser.close_kept_browser()

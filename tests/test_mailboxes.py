@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from synedre import mailboxes, oauth
+from synedre import mailboxes
+from synedre.oauth.config import OAuth2
 from tests.services import stack
 
 pytestmark = pytest.mark.timeout(120)
@@ -122,7 +123,7 @@ def test_oauth2_tables_that_cannot_work_are_refused_saying_why(tmp_path, table, 
 
 @pytest.mark.unit
 def test_app_only_microsoft_asks_for_the_default_scope_of_exchange_online():
-    cfg = oauth.OAuth2(provider="microsoft", client_id="c", tenant="0000-tenant", app_only=True,
+    cfg = OAuth2(provider="microsoft", client_id="c", tenant="0000-tenant", app_only=True,
                        client_secret_env="S")
     assert cfg.endpoints().scopes == ("https://outlook.office365.com/.default",)
     assert cfg.references() == [("env", "S")]

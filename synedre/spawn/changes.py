@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from synedre.redact import Redactor, merge_pieces
+from synedre.redact import Redactor
+from synedre.redact.pieces import merge_pieces
 from synedre.spawn import workspace
 
 DIFF_OPTS = ("--no-color", "--no-ext-diff", "--no-textconv", "--no-renames", "--src-prefix=a/", "--dst-prefix=b/")

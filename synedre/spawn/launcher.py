@@ -4,33 +4,29 @@
 pty until it ends, a timer fires or the caller asks it to stop, and on every path kills
 the CLI's process group and every process that inherited the run's token (`_kill_all`).
 Persistence is the caller's callback: `run` redacts, parses and writes the NDJSON log
-itself, and hands typed events to `on_events`.
+itself (`reassembly.Reassembler`), and hands typed events to `on_events` from a thread of
+their own (`event_writer.EventWriter`). What the child does before exec is `preexec`'s.
 """
 from __future__ import annotations
 
-# Imported here, not in the child: after it drops to the agent's user, the interpreter's own
-# modules may be out of its reach (a Python installed under /root).
-import ctypes
-import errno
 import functools
-import json
 import os
-import queue
 import signal
-import stat
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
 
 import pexpect
 
 from synedre.log import log
-from synedre.redact import Redactor, merge_pieces
-from synedre.spawn.stream import Event, LineReader, ResultMessage, StreamParseError, SystemInit, parse_event
+from synedre.redact import Redactor
+from synedre.spawn import preexec
+from synedre.spawn.event_writer import EventWriter
+from synedre.spawn.reassembly import Batch, Reassembler
+from synedre.spawn.stream import ResultMessage
 
 IDLE_EXIT, HARD_EXIT = 125, 124
 # Linux refuses (E2BIG) one argument longer than MAX_ARG_STRLEN = 32 pages, 128 KiB with
@@ -42,9 +38,6 @@ POLL_S = 0.2
 TERM_GRACE_S = 3.0  # SIGTERM, then SIGKILL whatever of the run is left after this
 KILL_WAIT_S = 2.0
 EXIT_WAIT_S = 2.0  # after EOF, for the leader to finish exiting on its own
-WRITER_SLOW_S = 30.0  # a writer still busy after the run is logged this often, never abandoned
-WRITE_ATTEMPTS, WRITE_BACKOFF_S = 3, 1.0  # a batch whose write failed is tried again, then the launch ends
-QUEUE_BATCHES = 4
 # Set in the child's environment; every process of the run inherits it (see `_kill_all`).
 RUN_TOKEN_VAR = "SYNEDRE_RUN_TOKEN"
 
@@ -70,28 +63,6 @@ class RunOutcome:
     duration_s: float
     error: BaseException | None = None  # set with stop_reason "error"
     pgid: int | None = None  # the (now killed) process group, for logs and audits
-
-
-@dataclass(frozen=True)
-class UnparsedEvent:
-    """A line `parse_event` refused (a known kind lacking a field): kept, with the reason."""
-    error: str
-    raw: dict[str, Any] = field(repr=False)
-    tool_name: None = None
-
-    @property
-    def event_type(self) -> str:
-        t = self.raw.get("type")
-        return t if isinstance(t, str) else "unparsed"
-
-    @property
-    def subtype(self) -> str | None:
-        s = self.raw.get("subtype")
-        return s if isinstance(s, str) else None
-
-
-AnyEvent = Event | UnparsedEvent
-Batch = list[tuple[AnyEvent, dict[str, Any]]]
 
 
 def _fit_arg(text: str, what: str) -> str:
@@ -166,87 +137,6 @@ def _tool_list(tools: str | Sequence[str]) -> list[str]:
     return [rule.strip() for rule in items if rule.strip()]
 
 
-class _EventWriter:
-    """Calls `on_events` from its own thread so persistence never stalls the pty reader.
-
-    Policy: the reader never waits. `add` appends to a pending batch and offers it to a
-    bounded queue without blocking; while the queue is full (the callback is slow), the
-    batch keeps growing and goes at a later offer, and the writer merges whatever is
-    queued into one call: a slow database gets fewer, bigger writes, not a stalled agent.
-    The only cost is memory, bounded by the stream itself. Batches keep stream order
-    (one writer thread), so a pair's position across all calls is its sequence number.
-    No event is dropped: `close` waits for the writer however slow the database is
-    (saying so every WRITER_SLOW_S), and a failed write is tried again. A callback that
-    still fails stops further calls; `run` sees `error` and ends the launch, and what was
-    not stored is counted in the log (the launch's NDJSON file holds every event).
-    """
-
-    def __init__(self, on_events: Callable[[Batch], None]):
-        self._on_events = on_events
-        self._queue: queue.Queue[Batch | None] = queue.Queue(QUEUE_BATCHES)
-        self._pending: Batch = []
-        self.error: BaseException | None = None
-        self.unsaved = 0
-        self._thread = threading.Thread(target=self._loop, name="spawn-events", daemon=True)
-        self._thread.start()
-
-    def add(self, pairs: Batch) -> None:
-        self._pending.extend(pairs)
-        if self._pending:
-            try:
-                self._queue.put_nowait(self._pending)
-                self._pending = []
-            except queue.Full:
-                pass
-
-    def close(self) -> None:
-        # The process is gone: waiting for the writer no longer stalls anything.
-        if self._pending:
-            self._queue.put(self._pending)
-        self._pending = []
-        self._queue.put(None)
-        waited = 0.0
-        while self._thread.is_alive():
-            self._thread.join(WRITER_SLOW_S)
-            if self._thread.is_alive():
-                waited += WRITER_SLOW_S
-                log.warning("spawn_events_writer_slow", waited_s=waited)
-        if self.unsaved:
-            log.error("spawn_events_unsaved", events=self.unsaved, error=type(self.error).__name__)
-
-    def _loop(self) -> None:
-        done = False
-        while not done:
-            batch = self._queue.get()
-            if batch is None:
-                return
-            while True:  # merge what piled up while the previous call ran
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    done = True
-                    break
-                batch = batch + more
-            self._write(batch)
-
-    def _write(self, batch: Batch) -> None:
-        for attempt in range(1, WRITE_ATTEMPTS + 1):
-            if self.error is not None:
-                break
-            try:
-                self._on_events(batch)
-                return
-            except Exception as exc:  # noqa: BLE001 - handed to `run`, which ends the launch
-                if attempt == WRITE_ATTEMPTS:
-                    self.error = exc
-                else:
-                    log.warning("spawn_events_write_retry", attempt=attempt, error=type(exc).__name__)
-                    time.sleep(WRITE_BACKOFF_S * attempt)
-        self.unsaved += len(batch)
-
-
 def _marked(token: str) -> list[int]:
     """Live processes whose environment carries this run's token (Linux /proc). A zombie's
     environ reads empty, so the dead are not listed; other users' processes are unreadable."""
@@ -295,14 +185,6 @@ class RunAs:
         return cls(name, entry.pw_uid, entry.pw_gid)
 
 
-# Linux's constants (<sched.h>, <sys/mount.h>): the same on every architecture.
-CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x8, 0x1000, 0x4000, 0x40000
-SHM_SIZE = "64m"  # the launch's own /dev/shm (a tmpfs): only the CLI itself writes there, see `Apart`
-_LIBC = ctypes.CDLL(None, use_errno=True)
-
-
 @dataclass(frozen=True)
 class Apart:
     """A launch's own view of the temporary places every process shares, so that no file one
@@ -325,72 +207,6 @@ class Apart:
     keep: tuple[Path, ...] = ()
 
 
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    def c(v: str | None) -> bytes | None:
-        return v.encode() if v is not None else None
-    if _LIBC.mount(c(source), c(target), c(fstype), ctypes.c_ulong(flags), c(data)) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
-
-
-def _mountpoint(path: str) -> None:
-    """`path` made in the new /tmp (0711 whatever the umask), a link on the way refused: the
-    mount lands where it is named, nowhere a link would send it."""
-    current = "/"
-    for part in path.split("/")[1:]:
-        current = os.path.join(current, part)
-        try:
-            os.mkdir(current, 0o711)
-            os.chmod(current, 0o711)
-        except FileExistsError:
-            pass
-        if not stat.S_ISDIR(os.lstat(current).st_mode):
-            raise OSError(errno.ENOTDIR, f"{current} is not a directory")
-
-
-def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-
-
-def _enter_apart(apart: Apart) -> None:
-    """In the child, as the user the CLI runs as, before exec: see `Apart`."""
-    if not stat.S_ISDIR(os.lstat(apart.tmp).st_mode):
-        raise OSError(errno.ENOTDIR, f"{apart.tmp} is not a directory")
-    uid, gid = os.geteuid(), os.getegid()
-    # A process that changed its credentials is not dumpable, and its /proc files are root's:
-    # it could not write its own maps. It is dumpable again at exec in any case.
-    _LIBC.prctl(PR_SET_DUMPABLE, 1)
-    if _LIBC.unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"unshare(CLONE_NEWUSER | CLONE_NEWNS): {os.strerror(err)}")
-    _write("/proc/self/setgroups", "deny")  # before gid_map, without a privilege outside
-    _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
-    _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    tmp = os.path.realpath("/tmp")
-    # the launch's own paths the new /tmp covers, held open: their names are gone once it is on
-    kept = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
-            for p in sorted({os.path.realpath(k) for k in apart.keep})
-            if os.path.commonpath([p, tmp]) == tmp and p != tmp]
-    try:
-        _mount(str(apart.tmp), tmp, None, MS_BIND)
-        for path, fd in kept:
-            if any(os.path.commonpath([path, k]) == k for k, _ in kept if k != path):
-                continue  # inside another kept path, which brings it along
-            _mountpoint(path)
-            _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-    finally:
-        for _, fd in kept:
-            os.close(fd)
-    if os.path.isdir("/dev/shm"):
-        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-               f"mode=0700,size={SHM_SIZE},uid={uid},gid={gid}")
-
-
 def as_agent(run_as: RunAs | None, apart: Apart | None, cwd: str | Path | None,
              umask: int | None = None) -> Callable[[], None]:
     """What a child runs before it execs the agent's program (`preexec_fn`): the umask, the
@@ -411,23 +227,11 @@ def _before_exec(umask: int | None, run_as: RunAs | None = None, apart: Apart | 
         os.setgid(run_as.gid)
         os.setuid(run_as.uid)
     if apart is not None:
-        _enter_apart(apart)
+        preexec.enter_apart(apart.tmp, apart.keep)
         if cwd is not None:
             os.chdir(cwd)  # by its name again: the working directory may be a path bound anew
     # After the credentials change: the kernel clears the parent-death signal when they do.
-    _die_with_parent(parent)
-
-
-def _die_with_parent(parent: int | None = None) -> None:
-    """In the child before exec: SIGKILL it if the worker process dies, even by SIGKILL,
-    so a killed worker leaves no agent running (Linux; a no-op elsewhere). If the parent
-    already died before the signal was armed, die now."""
-    try:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except AttributeError:
-        pass
-    if parent is not None and os.getppid() != parent:
-        os._exit(137)
+    preexec.die_with_parent(parent)
 
 
 def _kill_all(child: pexpect.spawn, token: str) -> None:
@@ -457,134 +261,7 @@ def _kill_all(child: pexpect.spawn, token: str) -> None:
     log.error("spawn_processes_survived_sigkill", pgid=pgid, pids=_marked(token))
 
 
-class _Stream:
-    """bytes -> redacted dicts -> NDJSON file + typed events, in the reader thread.
-
-    However the stream cuts a secret, no stored form holds it whole (issue 14):
-    - pty reads are reassembled into lines by `LineReader` before anything else;
-    - a partial-message delta (`stream_event` / `content_block_delta`) is stored without
-      its text: its delta keeps its type and the length of the strings it carried
-      (`{"type": "text_delta", "chars": 42}`). The complete assistant message repeats that
-      text, and halves of a secret in two deltas are caught by no redactor that sees
-      them one string at a time;
-    - the text and thinking blocks of one message (Claude Code writes one `assistant`
-      event per block, sharing the message's id; one event may also carry several) are
-      redacted joined as well (`redact.merge_pieces`). For that, from a message's first
-      assistant event, events are held back, in order, until the message has ended: its
-      `message_stop` (or the next `message_start`), a user, result or init event, or the
-      end of the stream (`LineReader.closed`). The CLI streams a message's blocks in one
-      go, so this holds events for the time the model writes one message; nothing is
-      held when no assistant event is pending, so init and result (which end a message
-      anyway) come out, with `on_session` and `result`, in the read that brought them.
-    """
-
-    def __init__(self, redactor: Redactor, ndjson: IO[bytes] | None, writer: _EventWriter,
-                 on_session: Callable[[str], None] | None):
-        self.reader = LineReader()
-        self.redactor, self.ndjson, self.writer, self.on_session = redactor, ndjson, writer, on_session
-        self.events = 0
-        self.session_id: str | None = None
-        self.result: ResultMessage | None = None
-        self._held: list[dict[str, Any]] = []  # raw: never written before `_release`
-        self._open = False  # an assistant event is held: its message may have more blocks
-
-    def handle(self, objs: list[dict[str, Any]]) -> None:
-        batch: Batch = []
-        for obj in objs:
-            self._held.append(obj)
-            if obj.get("type") == "assistant":
-                self._open = True
-            elif not self._open or _ends_message(obj):
-                self._release(batch)
-        if self.reader.closed and self._held:
-            self._release(batch)
-        if not batch:
-            return
-        if self.ndjson:
-            self.ndjson.flush()
-        self.writer.add(batch)
-
-    def _release(self, batch: Batch) -> None:
-        held, self._held, self._open = self._held, [], False
-        # Each message's text joined is redacted before its blocks: see `merge_pieces`.
-        messages = [blocks for blocks in _text_blocks(held).values() if len(blocks) > 1]
-        wholes = [self.redactor.redact_text("".join(raw for *_, raw in blocks)) for blocks in messages]
-        # Redact first: nothing below, nor any file or callback, ever sees the raw line.
-        safe = [self.redactor.redact_obj(_delta_lengths(obj)) for obj in held]
-        for blocks, whole in zip(messages, wholes, strict=True):
-            # redact_obj keeps the structure, and these keys (words: never remembered).
-            found = [(_block_at(safe[n], i), key) for n, i, key, _ in blocks]
-            alone = [b.get(key) if isinstance(b, dict) else None for b, key in found]
-            for (b, key), text in zip(found, merge_pieces(whole, [a or "" for a in alone]), strict=True):
-                if isinstance(b, dict) and isinstance(b.get(key), str):
-                    b[key] = text
-        for obj in safe:
-            try:
-                event: AnyEvent = parse_event(obj)
-            except StreamParseError as exc:
-                event = UnparsedEvent(exc.message, obj)
-            if self.ndjson:
-                self.ndjson.write(json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n")
-            batch.append((event, obj))
-            self.events += 1
-            if isinstance(event, SystemInit) and self.session_id is None:
-                self.session_id = event.session_id
-                if self.on_session:  # at once: a timeout later must be resumable
-                    self.on_session(event.session_id)
-            elif isinstance(event, ResultMessage) and self.result is None:
-                self.result = event
-                self.session_id = self.session_id or event.session_id
-
-
-def _ends_message(obj: dict[str, Any]) -> bool:
-    """Whether no block of a message held so far can come after this event."""
-    kind = obj.get("type")
-    if kind == "stream_event":
-        inner = obj.get("event")
-        return isinstance(inner, dict) and inner.get("type") in ("message_stop", "message_start")
-    return kind in ("user", "result") or (kind == "system" and obj.get("subtype") == "init")
-
-
-def _delta_lengths(obj: dict[str, Any]) -> dict[str, Any]:
-    """A content_block_delta without its text: the delta's type and the length of its strings."""
-    inner = obj.get("event") if obj.get("type") == "stream_event" else None
-    if not isinstance(inner, dict) or inner.get("type") != "content_block_delta" \
-            or not isinstance(delta := inner.get("delta"), dict):
-        return obj
-    chars = sum(len(v) for k, v in delta.items() if k != "type" and isinstance(v, str))
-    return {**obj, "event": {**inner, "delta": {"type": delta.get("type"), "chars": chars}}}
-
-
-_TEXT_KEYS = {"text": "text", "thinking": "thinking"}  # block type -> the key of its text
-
-
-def _text_blocks(held: list[dict[str, Any]]) -> dict[object, list[tuple[int, int, str, str]]]:
-    """Per message (its id; an assistant event without one stands alone), in stream order:
-    (event number, block number, the key of its text, the text) of its text and thinking
-    blocks."""
-    out: dict[object, list[tuple[int, int, str, str]]] = {}
-    for n, obj in enumerate(held):
-        message = obj.get("message")
-        if obj.get("type") != "assistant" or not isinstance(message, dict) \
-                or not isinstance(message.get("content"), list):
-            continue
-        mid = message.get("id")
-        group = out.setdefault(mid if isinstance(mid, str) else ("event", n), [])
-        for i, block in enumerate(message["content"]):
-            kind = block.get("type") if isinstance(block, dict) else None
-            key = _TEXT_KEYS.get(kind) if isinstance(kind, str) else None
-            if key and isinstance(block.get(key), str):
-                group.append((n, i, key, block[key]))
-    return out
-
-
-def _block_at(obj: dict[str, Any], i: int) -> Any:
-    message = obj.get("message")
-    content = message.get("content") if isinstance(message, dict) else None
-    return content[i] if isinstance(content, list) and i < len(content) else None
-
-
-def _drain(child: pexpect.spawn, stream: _Stream) -> None:
+def _drain(child: pexpect.spawn, stream: Reassembler) -> None:
     """What the group wrote before it died, then the final line written without a newline."""
     for _ in range(1024):  # bounded: at most 64 MiB
         try:
@@ -613,9 +290,9 @@ def run(argv: list[str], *, cwd: str | Path, env: dict[str, str], limits: Limits
     `apart` gives the child its own /tmp and /dev/shm (`Apart`); a child that cannot have them
     is never started without them (stop reason "error")."""
     started = time.monotonic()
-    writer = _EventWriter(on_events)
+    writer = EventWriter(on_events)
     ndjson = ndjson_path.open("ab") if ndjson_path else None
-    stream = _Stream(redactor, ndjson, writer, on_session)
+    stream = Reassembler(redactor, ndjson, writer.add, on_session)
     child: pexpect.spawn | None = None
     token = uuid.uuid4().hex
     reason, exited_alone = "error", False
@@ -662,7 +339,7 @@ def _exit_code(reason: str, exited: pexpect.spawn | None) -> int | None:
     return None
 
 
-def _read(child: pexpect.spawn, stream: _Stream, writer: _EventWriter, limits: Limits, started: float,
+def _read(child: pexpect.spawn, stream: Reassembler, writer: EventWriter, limits: Limits, started: float,
           stop: threading.Event | None) -> str:
     """The read loop; returns the stop reason. Every timer is checked between reads of at
     most POLL_S, so a busy stream cannot starve them."""

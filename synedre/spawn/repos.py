@@ -13,7 +13,7 @@ Before every use the copy is brought to the remote's branch (fetch, then the bra
 it: nothing of value lives only in a copy, since a merge that could not be pushed is undone).
 Everything that moves a copy's branch (that refresh, a clone made from it, a merge and its
 push) runs under the copy's own lock (`<hash>.lock`, a file lock beside it), taken outside
-workspace.repo_lock, which the functions called inside take for themselves.
+git.repo_lock, which the functions called inside take for themselves.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from synedre.config import Settings
 from synedre.db.tenants import is_remote
 from synedre.log import log
-from synedre.spawn import workspace
+from synedre.spawn import git, workspace
 from synedre.spawn.launcher import RunAs
 
 MIRRORS, CHECKOUTS = "mirrors", "checkouts"
@@ -61,7 +61,7 @@ def locate(spec: str | None, s: Settings, use: str = MIRRORS) -> Repository | No
     return Repository((s.state_dir / use / name).resolve(), spec)
 
 
-def _git(cwd: Path, *args: str, timeout: float = workspace.GIT_TIMEOUT_S) -> str:
+def _git(cwd: Path, *args: str, timeout: float = git.GIT_TIMEOUT_S) -> str:
     try:
         proc = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL, env=_remote_env())
@@ -82,7 +82,7 @@ def copy_lock(repo: Repository, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[N
         yield
         return
     workspace.private_dir(repo.path.parent)
-    with workspace.file_lock(repo.path.with_name(repo.path.name + ".lock"), timeout_s,
+    with git.file_lock(repo.path.with_name(repo.path.name + ".lock"), timeout_s,
                              f"{repo.path}: busy for {timeout_s:g} s"):
         yield
 
@@ -94,7 +94,7 @@ def refresh(repo: Repository, branch: str) -> None:
         return
     if not (repo.path / ".git").is_dir():
         tmp = repo.path.with_name(repo.path.name + ".new")
-        subprocess.run(["rm", "-rf", "--one-file-system", str(tmp)], check=True, timeout=workspace.GIT_TIMEOUT_S)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(tmp)], check=True, timeout=git.GIT_TIMEOUT_S)
         _git(repo.path.parent, "clone", "--quiet", "--no-tags", "--branch", branch, "--", repo.remote, str(tmp),
              timeout=REMOTE_TIMEOUT_S)
         _git(tmp, "config", "user.name", "Synedre")  # its merge commits

@@ -12,18 +12,18 @@ own OS user (`owner`), handed to that user. After the run, `collect` brings the 
 into the trunk's repository by a fetch whose serving side runs as the agent (or, without an
 agent user, with the clone's hooks and executable configuration overridden): nothing the agent
 wrote in its clone runs as the fleet. Every git command the fleet runs inside a clone does the
-same (`_in_clone`). `merge_back` then merges the branch into the trunk, only after a successful
+same (`git.IN_CLONE`). `merge_back` then merges the branch into the trunk, only after a successful
 verdict and only into a clean trunk on its branch; a failed, stopped or salvaged run's commits
 stay on their branch, which `close_workspace` keeps. A merge that fails is its caller's
 `merge_failed`, never a success.
 
-Git operations on one repository (clone, fetch-back, merge) run under `repo_lock`, one lock per
-repository shared by every process on the host. A clone holding uncommitted work (untracked
+Git runs through `git.run` (synedre/spawn/git.py). Operations on one repository (clone,
+fetch-back, merge) run under `git.repo_lock`, one lock per repository shared by every process
+on the host. A clone holding uncommitted work (untracked
 files included) is never deleted.
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import stat
@@ -35,12 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from synedre.log import log
+from synedre.spawn import git
+from synedre.spawn.git import GIT_TIMEOUT_S, WorkspaceError, repo_lock
 from synedre.spawn.launcher import RunAs
 
 BRANCH_PREFIX = "synedre/"
-GIT_TIMEOUT_S = 120.0  # a checkout of a large tree takes a while; a hung git must not
-LOCK_TIMEOUT_S = 60.0
-_LOCK_POLL_S = 0.05
 # Inside Claude Code's Bash sandbox (2.1.332), each of these that the workspace lacks shows up
 # as a mount point (/dev/null or an empty directory) so a command cannot plant it; `git add -A`
 # would then fail on them ("can only add regular files"). Untracked only: a tracked one is not
@@ -51,10 +50,6 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # What the fleet puts in a clone for the agent to read (an iteration's mock-up diff images):
 # excluded from git, so never committed, never merged.
 FLEET_DIR = ".synedre-qa"
-
-
-class WorkspaceError(RuntimeError):
-    """A git command failed, timed out or could not start; the message carries stderr."""
 
 
 @dataclass(frozen=True)
@@ -79,75 +74,9 @@ class MergeResult:
         return not self.merged and bool(self.commits)
 
 
-# Git run as the agent reads no configuration but the repository's own (the agent's).
-_AS_AGENT_ENV = {"HOME": "/nonexistent", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
-# What the fleet sets on every git command it runs inside a clone: a hook or an fsmonitor the
-# agent configured there never runs (command-line configuration wins over the repository's).
-_IN_CLONE = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false")
-
-
-def _git(cwd: Path, *args: str, ok: tuple[int, ...] = (0,), timeout: float = GIT_TIMEOUT_S,
-         as_user: RunAs | None = None) -> subprocess.CompletedProcess[str]:
-    """The one way this module runs git; exit codes outside `ok` raise `WorkspaceError`.
-    `as_user`: run it as that user (inside a repository the agent owns)."""
-    cmd = ["git", "-C", str(cwd), *args]
-    who = ({"user": as_user.uid, "group": as_user.gid, "extra_groups": [],
-            "env": {**os.environ, **_AS_AGENT_ENV}} if as_user else {})
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, **who)  # type: ignore[call-overload]
-    except subprocess.TimeoutExpired as exc:
-        raise WorkspaceError(f"git {' '.join(args)}: timed out after {timeout:g} s") from exc
-    except OSError as exc:
-        raise WorkspaceError(f"git {' '.join(args)}: {exc}") from exc
-    if proc.returncode not in ok:
-        detail = (proc.stderr.strip() or proc.stdout.strip())[-2000:]  # merge reports conflicts on stdout
-        raise WorkspaceError(f"git {' '.join(args)}: exit {proc.returncode}: {detail}")
-    return proc
-
-
-def _out(cwd: Path, *args: str, as_user: RunAs | None = None) -> str:
-    return _git(cwd, *args, as_user=as_user).stdout.strip()
-
-
 def _dirty(path: Path, as_user: RunAs | None = None, clone: bool = False) -> bool:
-    opts = _IN_CLONE if clone else ()
-    return bool(_out(path, *opts, "status", "--porcelain", "--untracked-files=all", as_user=as_user))
-
-
-@contextmanager
-def repo_lock(repo: Path, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Serialise git operations on one repository across processes and threads.
-
-    A file lock (flock on `<git dir>/synedre.lock`) rather than a Redis lock: clones are
-    made on the same host as the repository's working tree, so the host's kernel is the
-    right arbiter, and it releases the lock when a holder dies (no TTL to tune). git's
-    own `index.lock`/ref locks make a concurrent command fail instead of waiting.
-    Raises `WorkspaceError` after `timeout_s`.
-    """
-    git_dir = Path(_out(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
-    with file_lock(git_dir / "synedre.lock", timeout_s, f"{repo}: repository lock busy for {timeout_s:g} s"):
-        yield
-
-
-@contextmanager
-def file_lock(path: Path, timeout_s: float, busy: str) -> Iterator[None]:
-    """An exclusive flock on `path` (made if missing), waited for up to `timeout_s`, then
-    `WorkspaceError(busy)`. The kernel releases it when its holder dies."""
-    deadline = time.monotonic() + timeout_s
-    with open(path, "a") as fh:
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise WorkspaceError(busy) from None
-                time.sleep(_LOCK_POLL_S)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    opts = git.IN_CLONE if clone else ()
+    return bool(git.output(path, *opts, "status", "--porcelain", "--untracked-files=all", as_user=as_user))
 
 
 def open_workspace(repo: Path, *, base_branch: str, name: str, root: Path,
@@ -163,12 +92,12 @@ def open_workspace(repo: Path, *, base_branch: str, name: str, root: Path,
     path = root.resolve() / repo.name / name
     try:
         with repo_lock(repo):
-            _out(repo, "rev-parse", "--verify", f"refs/heads/{base_branch}^{{commit}}")
-            has_branch = _git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}",
+            git.output(repo, "rev-parse", "--verify", f"refs/heads/{base_branch}^{{commit}}")
+            has_branch = git.run(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}",
                               ok=(0, 1)).returncode == 0
-            base_sha = _out(repo, "merge-base", base_branch, branch if has_branch else base_branch)
+            base_sha = git.output(repo, "merge-base", base_branch, branch if has_branch else base_branch)
             if path.exists():  # a resumed launch: the agent's clone, as it left it
-                if _git(path, *_IN_CLONE, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}",
+                if git.run(path, *git.IN_CLONE, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}",
                         ok=(0, 1), as_user=owner).returncode != 0:
                     raise WorkspaceError(f"{path} exists without the branch {branch}")
             else:
@@ -190,11 +119,11 @@ def _make_clone(repo: Path, base_branch: str, branch: str, has_branch: bool, pat
     tmp = path.with_name(path.name + ".new")
     subprocess.run(["rm", "-rf", "--one-file-system", str(tmp)], check=True, timeout=GIT_TIMEOUT_S)
     # Made by the fleet from the trunk (nothing of the agent's is read), then handed over.
-    _git(path.parent, "clone", "--quiet", "--no-hardlinks", "--no-tags", "--branch",
+    git.run(path.parent, "clone", "--quiet", "--no-hardlinks", "--no-tags", "--branch",
          branch if has_branch else base_branch, str(repo), str(tmp))
     if not has_branch:
-        _out(tmp, "checkout", "--quiet", "-b", branch)
-    _out(tmp, "remote", "remove", "origin")  # the trunk is not the agent's to fetch from
+        git.output(tmp, "checkout", "--quiet", "-b", branch)
+    git.output(tmp, "remote", "remove", "origin")  # the trunk is not the agent's to fetch from
     with (tmp / ".git" / "info" / "exclude").open("a") as fh:
         fh.write("\n# synedre: the sandbox's mount points (not the agent's work)\n"
                  + "".join(f"/{name}\n" for name in SANDBOX_MOUNT_POINTS)
@@ -237,12 +166,13 @@ def collect(ws: Workspace) -> str | None:
     agent, or with the clone's hooks and fsmonitor overridden: the fleet runs nothing of its."""
     if ws.owner is not None:
         serve = " ".join(["setpriv", f"--reuid={ws.owner.uid}", f"--regid={ws.owner.gid}", "--clear-groups",
-                          "env", *(f"{k}={v}" for k, v in _AS_AGENT_ENV.items()), "git-upload-pack"])
+                          "env", *(f"{k}={v}" for k, v in git.AS_AGENT_ENV.items()), "git-upload-pack"])
     else:
-        serve = " ".join(["env", *(f"{k}={v}" for k, v in _AS_AGENT_ENV.items()), "git", *_IN_CLONE, "upload-pack"])
+        serve = " ".join(["env", *(f"{k}={v}" for k, v in git.AS_AGENT_ENV.items()), "git", *git.IN_CLONE,
+                          "upload-pack"])
     try:
         with repo_lock(ws.repo):
-            _out(ws.repo, "-c", "protocol.file.allow=always", "fetch", "--quiet", "--no-tags",
+            git.output(ws.repo, "-c", "protocol.file.allow=always", "fetch", "--quiet", "--no-tags",
                  "--upload-pack", serve, str(ws.path), f"+refs/heads/{ws.branch}:refs/heads/{ws.branch}")
     except WorkspaceError as exc:
         log.warning("workspace_collect_failed", path=str(ws.path), branch=ws.branch, error=str(exc))
@@ -295,7 +225,7 @@ def settle_agent_file(path: Path) -> None:
 
 
 def _has_branch(repo: Path, branch: str) -> bool:
-    return _git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", ok=(0, 1)).returncode == 0
+    return git.run(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", ok=(0, 1)).returncode == 0
 
 
 def commits_since(ws: Workspace) -> list[str]:
@@ -303,7 +233,7 @@ def commits_since(ws: Workspace) -> list[str]:
     as they were brought back (`collect`)."""
     if ws.base_sha is None or not _has_branch(ws.repo, ws.branch):
         return []
-    lines = _out(ws.repo, "log", "--reverse", "--format=%H %s", f"{ws.base_sha}..{ws.branch}")
+    lines = git.output(ws.repo, "log", "--reverse", "--format=%H %s", f"{ws.base_sha}..{ws.branch}")
     return lines.splitlines()
 
 
@@ -312,7 +242,7 @@ def committed_paths(ws: Workspace) -> list[str]:
     in any of them, even if a later commit removed it again."""
     if ws.base_sha is None or not _has_branch(ws.repo, ws.branch):
         return []
-    out = _out(ws.repo, "log", "--reverse", "--format=", "--name-only", "--no-renames", "--diff-filter=d",
+    out = git.output(ws.repo, "log", "--reverse", "--format=", "--name-only", "--no-renames", "--diff-filter=d",
                "-z", f"{ws.base_sha}..{ws.branch}")
     return list(dict.fromkeys(p.strip("\n") for p in out.split("\0") if p.strip("\n")))
 
@@ -373,25 +303,25 @@ def merge_back(ws: Workspace) -> MergeResult:
     with repo_lock(ws.repo):
         if not _has_branch(ws.repo, ws.branch):
             return MergeResult(False, "no commits to merge", [])  # the agent's branch never came back
-        commits = _out(ws.repo, "log", "--reverse", "--format=%H %s",
+        commits = git.output(ws.repo, "log", "--reverse", "--format=%H %s",
                        f"{ws.base_branch}..{ws.branch}").splitlines()
         if not commits:
             return MergeResult(False, "no commits to merge", [])
-        head = _git(ws.repo, "symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1))
+        head = git.run(ws.repo, "symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1))
         if head.stdout.strip() != ws.base_branch:
             return MergeResult(False, f"trunk is not on {ws.base_branch} "
                                f"({head.stdout.strip() or 'detached HEAD'})", commits)
         if _dirty(ws.repo):
             return MergeResult(False, "trunk has uncommitted changes", commits)
-        fast_forward = _git(ws.repo, "merge-base", "--is-ancestor", ws.base_branch,
+        fast_forward = git.run(ws.repo, "merge-base", "--is-ancestor", ws.base_branch,
                             ws.branch, ok=(0, 1)).returncode == 0
         try:
-            _out(ws.repo, "merge", "--ff", "--no-edit", "-m",
+            git.output(ws.repo, "merge", "--ff", "--no-edit", "-m",
                  f"Merge {ws.branch} into {ws.base_branch}", ws.branch)
         except WorkspaceError as exc:
-            if _git(ws.repo, "rev-parse", "--quiet", "--verify", "MERGE_HEAD",
+            if git.run(ws.repo, "rev-parse", "--quiet", "--verify", "MERGE_HEAD",
                     ok=(0, 1)).returncode == 0:
-                _out(ws.repo, "merge", "--abort")
+                git.output(ws.repo, "merge", "--abort")
             log.warning("workspace_merge_failed", branch=ws.branch, error=str(exc))
             return MergeResult(False, f"merge failed: {exc}", commits)
     reason = "fast-forward" if fast_forward else "merge commit"
@@ -411,11 +341,11 @@ def close_workspace(ws: Workspace) -> bool:
             return False
         subprocess.run(["rm", "-rf", "--one-file-system", str(ws.path)], check=True, timeout=GIT_TIMEOUT_S)
     with repo_lock(ws.repo):
-        has_branch = _git(ws.repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{ws.branch}",
+        has_branch = git.run(ws.repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{ws.branch}",
                           ok=(0, 1)).returncode == 0
-        if has_branch and _git(ws.repo, "merge-base", "--is-ancestor", ws.branch, ws.base_branch,
+        if has_branch and git.run(ws.repo, "merge-base", "--is-ancestor", ws.branch, ws.base_branch,
                                ok=(0, 1)).returncode == 0:
-            _out(ws.repo, "branch", "-D", ws.branch)
+            git.output(ws.repo, "branch", "-D", ws.branch)
     return True
 
 
@@ -458,7 +388,7 @@ def init_scratch(repo: Path, base_branch: str) -> None:
     if (repo / ".git").exists():
         return
     repo.mkdir(parents=True, exist_ok=True)
-    _git(repo, "init", "-q", "-b", base_branch)
-    _git(repo, "config", "user.name", "Synedre")
-    _git(repo, "config", "user.email", "synedre@localhost")
-    _git(repo, "commit", "-q", "--allow-empty", "-m", "scratch workspace")
+    git.run(repo, "init", "-q", "-b", base_branch)
+    git.run(repo, "config", "user.name", "Synedre")
+    git.run(repo, "config", "user.email", "synedre@localhost")
+    git.run(repo, "commit", "-q", "--allow-empty", "-m", "scratch workspace")

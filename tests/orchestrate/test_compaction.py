@@ -5,20 +5,17 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from synedre.orchestrate.compaction import (
+from synedre.orchestrate.compaction import MILESTONE_MAX_CALLS, compact, render
+from synedre.orchestrate.terminal_output import (
     HEAD_LINES,
-    MILESTONE_MAX_CALLS,
     OK_SENTINEL,
     TAIL_LINES,
     TRUNCATE_OVER_LINES,
-    approx_tokens,
     clean_terminal,
-    compact,
-    render,
     truncate_lines,
 )
 from synedre.redact import Redactor
-from synedre.spawn.launcher import _Stream
+from synedre.spawn.reassembly import Reassembler
 from tests.orchestrate.transcripts import coding_session
 
 pytestmark = pytest.mark.timeout(60)
@@ -42,16 +39,23 @@ class _Rows:
 
 
 def as_stored(events: list[dict]) -> list[dict]:
-    """`events` as launch_events holds them: through the launcher's own `_Stream` (the CLI's
+    """`events` as launch_events holds them: through the launcher's own `Reassembler` (the CLI's
     NDJSON lines reassembled, each partial's delta stripped to its length, redacted), one
     row per event, partials included. What iterations.py reads back and compacts."""
     rows = _Rows()
-    stream = _Stream(Redactor(), None, rows, None)
+    stream = Reassembler(Redactor(), None, rows.add, None)
     stream.handle(stream.reader.feed(b"".join(json.dumps(e, ensure_ascii=False).encode() + b"\n"
                                               for e in events)))
     stream.handle(stream.reader.close())
     assert len(rows.payloads) == len(events)
     return rows.payloads
+
+
+def approx_tokens(obj) -> int:
+    """Roughly 4 characters of JSON per token (Claude's tokenizers on English and code):
+    coarse, but the same yardstick before and after, which is all a ratio needs."""
+    text = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False, default=str)
+    return (len(text) + 3) // 4
 
 
 def results(events):

@@ -12,8 +12,9 @@ import psutil
 import pytest
 from PIL import Image, ImageDraw
 
-from synedre.orchestrate import iso, qa
-from synedre.orchestrate.qa import ROUTE_NOT_IN_SITEMAP, Browser, SitemapError, check_route, resolve_routes
+from synedre.orchestrate import browser as qa_browser, iso, qa
+from synedre.orchestrate.browser import Browser
+from synedre.orchestrate.qa import ROUTE_NOT_IN_SITEMAP, SitemapError, check_route, resolve_routes
 from synedre.redact import Redactor
 from tests.services.site import page, serve_directory, start_site
 
@@ -250,7 +251,7 @@ def test_clean_page_passes_with_a_private_screenshot_and_its_browser_closed(site
     assert (result.console_errors, result.page_errors, result.failed_requests) == ((), (), ())
     assert mode(shot) == 0o600 and mode(shot.parent) == 0o700 and mode(shot.parent.parent) == 0o700
     with Image.open(shot) as im:
-        assert im.format == "PNG" and im.width == qa.VIEWPORT["width"]
+        assert im.format == "PNG" and im.width == qa_browser.VIEWPORT["width"]
     deadline = time.monotonic() + 10
     while chromium_children() and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -37,7 +37,7 @@ import pytest
 
 from synedre import ROOT
 from synedre.config import Settings, get_settings
-from synedre.orchestrate import qa
+from synedre.orchestrate import browser, qa
 from tests.services.site import logo_png
 
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="runs Chromium as another user: the worker must be root")
@@ -139,12 +139,12 @@ def fleet(monkeypatch) -> Iterator[Fleet]:
     for name, value in {"STATE_DIR": state, "MAILBOXES_FILE": mailboxes, "AI_KEYS_DIR": keys,
                         "MISTRAL_API_KEY": SECRET_ENV}.items():
         monkeypatch.setenv(f"SYNEDRE_{name}", str(value))
-    monkeypatch.setattr(qa, "_keep", True)  # a QA worker's child keeps its browser (tasks/qa.py)
+    monkeypatch.setattr(browser, "_keep", True)  # a QA worker's child keeps its browser (tasks/qa.py)
     get_settings.cache_clear()
     try:
         yield Fleet(base, mailboxes, keys, state, state_file, mockup)
     finally:
-        qa.close_kept_browser()
+        browser.close_kept_browser()
         get_settings.cache_clear()
         shutil.rmtree(base)
 
@@ -279,7 +279,7 @@ def qa_the_hostile_page(fleet: Fleet, check: Callable[[str], dict]) -> Seen:
     server = serve(hostile_page(fleet), seen, fleet)
     try:
         result = check(f"http://127.0.0.1:{server.server_address[1]}")
-        qa.close_kept_browser()
+        browser.close_kept_browser()
     finally:
         seen.done.set()  # releases /hold if the report never came
         server.shutdown()
@@ -296,7 +296,7 @@ def as_user(uid: int, gid: int, *argv: str) -> subprocess.CompletedProcess:
 
 def check_in_kept_browser(base_url: str, shot: Path) -> dict:
     """The QA stage's call (synedre.stages.qa.check_one), in this process's kept browser."""
-    result = qa.check_route(base_url, "/", shot, 20, browser=qa.kept_browser(20))
+    result = qa.check_route(base_url, "/", shot, 20, browser=browser.kept_browser(20))
     return {"level1_ok": result.level1_ok, "screenshot": str(result.screenshot or ""),
             "page_errors": list(result.page_errors), "error": result.error}
 
@@ -390,7 +390,7 @@ def in_child_as(worker: pwd.struct_passwd, base_url: str, shot: Path) -> dict:
     (this interpreter's standard library may not be readable by `worker`)."""
     from playwright.sync_api import sync_playwright
 
-    qa.close_kept_browser()  # a child must not share the parent's browser
+    browser.close_kept_browser()  # a child must not share the parent's browser
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
@@ -402,7 +402,7 @@ def in_child_as(worker: pwd.struct_passwd, base_url: str, shot: Path) -> dict:
             os.setgid(worker.pw_gid)
             os.setuid(worker.pw_uid)
             out = check_in_kept_browser(base_url, shot)
-            qa.close_kept_browser()
+            browser.close_kept_browser()
         except BaseException:
             out = {"level1_ok": False, "screenshot": "", "page_errors": [traceback.format_exc()]}
         os.write(write, json.dumps(out).encode())
@@ -424,8 +424,8 @@ def test_a_qa_user_missing_or_root_makes_the_browser_unavailable_and_starts_noth
         pwd.getpwnam(user)
     s = Settings(qa_user=user, state_dir=tmp_path / "state")
 
-    with pytest.raises(qa.BrowserUnavailable) as raised:
-        with qa.Browser(5, s):
+    with pytest.raises(browser.BrowserUnavailable) as raised:
+        with browser.Browser(5, s):
             pass
 
     message = str(raised.value)

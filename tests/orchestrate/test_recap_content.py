@@ -393,14 +393,14 @@ def _chromes() -> list:
 def test_a_qa_worker_keeps_one_browser_across_routes_and_relaunches_it_when_it_died(tmp_path, monkeypatch):
     import psutil
 
-    from synedre.orchestrate import qa
+    from synedre.orchestrate import browser, qa
 
     site = start_site(tmp_path / "site")
-    monkeypatch.setattr(qa, "_keep", True)
+    monkeypatch.setattr(browser, "_keep", True)
     try:
         subprocess.run(["./deploy", "acme", "--preprod"], cwd=site.repo, check=True, capture_output=True, timeout=60)
-        first = qa.kept_browser(20)
-        assert first is not None and qa.kept_browser(20) is first  # route after route, the same one
+        first = browser.kept_browser(20)
+        assert first is not None and browser.kept_browser(20) is first  # route after route, the same one
         assert qa.check_route(site.url, "/contact", tmp_path / "a.png", 20, browser=first).ok
         for p in _chromes():
             try:
@@ -408,16 +408,16 @@ def test_a_qa_worker_keeps_one_browser_across_routes_and_relaunches_it_when_it_d
             except psutil.Error:
                 continue
         psutil.wait_procs(_chromes(), timeout=10)
-        again = qa.kept_browser(20)
+        again = browser.kept_browser(20)
         assert again is not None and again is not first and again.alive
         assert qa.check_route(site.url, "/about", tmp_path / "b.png", 20, browser=again).ok
         other: list = []
-        th = threading.Thread(target=lambda: other.append(qa.kept_browser(20)))
+        th = threading.Thread(target=lambda: other.append(browser.kept_browser(20)))
         th.start()
         th.join(10)
         assert other == [None]  # another thread checks with a browser of its own
     finally:
-        qa.close_kept_browser()
+        browser.close_kept_browser()
         site.stop()
     deadline = time.monotonic() + 10
     while _chromes() and time.monotonic() < deadline:

@@ -17,7 +17,7 @@ import pytest
 from synedre import db as database, runner
 from synedre.db import launches
 from synedre.redact import Redactor
-from synedre.spawn import launcher
+from synedre.spawn import event_writer, launcher
 from tests.spawn.test_split_secrets import init, result
 
 EVENTS = 400
@@ -37,7 +37,7 @@ def _script(tmp_path) -> list[str]:
 def test_a_database_held_back_past_the_writer_timeout_loses_no_event(db, tmp_path, monkeypatch, capsys):
     from tests.spawn.test_launch_claim import classified_message, connect
 
-    monkeypatch.setattr(launcher, "WRITER_SLOW_S", 0.5)  # the old code gave up after this long
+    monkeypatch.setattr(event_writer, "WRITER_SLOW_S", 0.5)  # the old code gave up after this long
     mid = classified_message(db, tmp_path)
     with connect(db) as conn, conn.transaction():
         claim = runner.claim_launch(conn, mid, model="sonnet")
@@ -83,7 +83,7 @@ def test_a_database_held_back_past_the_writer_timeout_loses_no_event(db, tmp_pat
 
 @pytest.mark.timeout(60)
 def test_a_failed_write_is_tried_again_and_the_events_all_arrive(monkeypatch):
-    monkeypatch.setattr(launcher, "WRITE_BACKOFF_S", 0.01)
+    monkeypatch.setattr(event_writer, "WRITE_BACKOFF_S", 0.01)
     stored: list[int] = []
     failures = [2]
 
@@ -93,7 +93,7 @@ def test_a_failed_write_is_tried_again_and_the_events_all_arrive(monkeypatch):
             raise psycopg.OperationalError("server closed the connection unexpectedly")
         stored.extend(n for n, _ in batch)
 
-    writer = launcher._EventWriter(flaky)
+    writer = event_writer.EventWriter(flaky)
     for n in range(50):
         writer.add([(n, {})])  # type: ignore[list-item]
     writer.close()
@@ -102,12 +102,12 @@ def test_a_failed_write_is_tried_again_and_the_events_all_arrive(monkeypatch):
 
 @pytest.mark.timeout(60)
 def test_a_write_that_keeps_failing_ends_the_launch_and_counts_what_was_not_stored(monkeypatch, capsys):
-    monkeypatch.setattr(launcher, "WRITE_BACKOFF_S", 0.01)
+    monkeypatch.setattr(event_writer, "WRITE_BACKOFF_S", 0.01)
 
     def down(batch):
         raise psycopg.OperationalError("connection refused")
 
-    writer = launcher._EventWriter(down)
+    writer = event_writer.EventWriter(down)
     for n in range(20):
         writer.add([(n, {})])  # type: ignore[list-item]
     writer.close()

@@ -11,7 +11,9 @@ from hypothesis import assume, given, settings, strategies as st
 
 from synedre import secrets
 from synedre.config import Settings
-from synedre.redact import KINDS, MAX_REMEMBERED, MIN_SECRET_LEN, Redactor
+from synedre.redact import MAX_REMEMBERED, Redactor
+from synedre.redact.exact import MIN_SECRET_LEN
+from synedre.redact.rules import KINDS
 from synedre.spawn.stream import LineReader, parse_event
 
 MARKERS = [f"[REDACTED:{k}]" for k in KINDS] + ["[REDACTED]"]

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from synedre.redact import MIN_SECRET_LEN, Redactor
+from synedre.redact import Redactor
+from synedre.redact.exact import MIN_SECRET_LEN
 
 pytestmark = pytest.mark.unit
 

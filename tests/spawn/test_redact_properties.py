@@ -8,7 +8,9 @@ from urllib.parse import quote
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from synedre.redact import KINDS, MIN_SECRET_LEN, Redactor
+from synedre.redact import Redactor
+from synedre.redact.exact import MIN_SECRET_LEN
+from synedre.redact.rules import KINDS
 from synedre.spawn.stream import LineReader
 
 MARKERS = [f"[REDACTED:{k}]" for k in KINDS] + ["[REDACTED]"]

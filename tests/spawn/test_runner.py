@@ -22,10 +22,10 @@ from synedre.spawn.launcher import (
     MAX_ARG_BYTES,
     Limits,
     RunOutcome,
-    UnparsedEvent,
     build_argv,
     run,
 )
+from synedre.spawn.reassembly import UnparsedEvent
 from synedre.spawn.stream import AssistantMessage, ResultMessage, SystemInit, UserMessage
 from tests.services.claude_api import ClaudeAPI, ScriptedModel, Sleep, bash, start_claude_api, text, write
 from tests.spawn.conftest import git

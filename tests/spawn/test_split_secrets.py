@@ -4,12 +4,12 @@ Every planted shape of tests/spawn/test_redact.py::SHAPES is cut at every offset
 pieces, and at sampled offsets into three: across partial-message deltas (text, thinking,
 a tool's `partial_json`), across content blocks (of one assistant event, or of consecutive
 assistant events sharing the message id, as Claude Code writes them) and across pty reads
-of the raw bytes. Each stream goes through launcher.py's `_Stream` with a real `Redactor`,
+of the raw bytes. Each stream goes through reassembly.py's `Reassembler` with a real `Redactor`,
 an NDJSON file in tmp_path and a collecting writer; neither the file nor the payloads
 handed to `on_events` (serialized, and as typed events) may hold the secret, JSON-escaped
 or not, nor its base64, nor may what a reader rebuilds by joining the stored pieces again
 (a block's deltas, a message's blocks). The last test stores such a stream through the
-real `_EventWriter` and `launches.add_events` in PostgreSQL, then reads every table and
+real `EventWriter` and `launches.add_events` in PostgreSQL, then reads every table and
 the log.
 """
 from __future__ import annotations
@@ -23,8 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from synedre import runner
-from synedre.redact import Redactor, merge_pieces
-from synedre.spawn.launcher import _EventWriter, _Stream
+from synedre.redact import Redactor
+from synedre.redact.pieces import merge_pieces
+from synedre.spawn.event_writer import EventWriter
+from synedre.spawn.reassembly import Reassembler
 from synedre.spawn.stream import AssistantMessage, ResultMessage, StreamEvent
 from tests.spawn.test_redact import SHAPES
 
@@ -173,8 +175,8 @@ class Stored:
 
 
 class Collect:
-    """A collecting writer, in place of `_EventWriter` (which only moves the same batches to
-    a thread: tests/spawn/test_launcher.py) in the exhaustive loops, for their speed."""
+    """A collecting writer, in place of `EventWriter` (which only moves the same batches to
+    a thread: tests/spawn/test_event_backlog.py) in the exhaustive loops, for their speed."""
 
     def __init__(self) -> None:
         self.pairs: list = []
@@ -185,14 +187,14 @@ class Collect:
 
 def store(reads: list[bytes], ndjson: BinaryIO, redactor: Redactor | None = None, *,
           threaded: bool = False) -> Stored:
-    """`reads` through `_Stream` as launcher.run drives it: each read fed to the LineReader,
+    """`reads` through `Reassembler` as launcher.run drives it: each read fed to the LineReader,
     then the reader closed (as `_drain` does). `ndjson`: the NDJSON file, emptied first."""
     ndjson.seek(0)
     ndjson.truncate()
     pairs: list = []
     sessions: list[str] = []
-    writer: Any = _EventWriter(pairs.extend) if threaded else Collect()
-    stream = _Stream(redactor or Redactor(), ndjson, writer, sessions.append)
+    writer: Any = EventWriter(pairs.extend) if threaded else Collect()
+    stream = Reassembler(redactor or Redactor(), ndjson, writer.add, sessions.append)
     for data in reads:
         stream.handle(stream.reader.feed(data))
     stream.handle(stream.reader.close())
@@ -435,7 +437,7 @@ def test_events_keep_their_order_and_only_an_open_message_is_held(tmp_path):
     writer = Collect()  # sees what each `handle` hands over, synchronously
     pairs = writer.pairs
     with (tmp_path / "events.ndjson").open("wb") as f:
-        stream = _Stream(Redactor(), f, writer, sessions.append)
+        stream = Reassembler(Redactor(), f, writer.add, sessions.append)
         msg = message([("text", ["a", "b"], block("text", "ab")), ("text", ["c"], block("text", "c"))])
         stream.handle([init(), msg[0], msg[1]])  # init and the deltas before any assistant event: at once
         assert sessions == [SESSION] and len(pairs) == 3
@@ -519,9 +521,9 @@ def test_cut_secrets_stay_out_of_every_table_the_ndjson_and_the_log(db, tmp_path
                 (e.event_type, e.subtype, e.tool_name, payload) for e, payload in batch])
 
     ndjson_path = tmp_path / "events.ndjson"
-    writer = _EventWriter(persist)
+    writer = EventWriter(persist)
     with ndjson_path.open("wb") as f:
-        stream = _Stream(Redactor(configured), f, writer, None)
+        stream = Reassembler(Redactor(configured), f, writer.add, None)
         for data in reads:
             stream.handle(stream.reader.feed(data))
         stream.handle(stream.reader.close())

@@ -1,61 +1,23 @@
 """What `synedre status` shows and `synedre fleet` checks at start: messages per status,
 queue depths read from Redis, the launch switch, and the health of every dependency.
 
-Every probe runs at once, all of them within `PROBES_BOUND_S`; each reports a readable
+Every probe runs at once, all of them within `probe.PROBES_BOUND_S`; each reports a readable
 reason and none raises.
 """
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from synedre.config import Settings, get_settings
+from synedre.health.confinement import check_agent_sandbox, check_deploy_sandbox, check_qa_browser
+from synedre.health.probe import Check, NotReady, bounded, one_line, reason, timed
 from synedre.pipeline import STAGES, Status, queues
 
 # kombu's Redis transport keeps a queue's priorities in separate lists: <name>, <name>\x06\x16<p>
 _PRIORITY_SEP = "\x06\x16"
-# `synedre status` answers within this (plus its start), whatever hangs: a compose
-# healthcheck or a monitor gets its exit code in time.
-PROBES_BOUND_S = 8.0
-
-
-class NotReady(Exception):
-    """A probe's own finding (no database, migrations pending), said as the operator needs it."""
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-
-    @property
-    def level(self) -> Literal["ok", "warning", "fail"]:
-        """A warning works but is configured at a risk (it says WARNING); a failure does not work."""
-        return "ok" if self.ok else "warning" if "WARNING" in self.detail else "fail"
-
-
-def bounded(probes: dict[str, Callable[[], Any]], bound_s: float = PROBES_BOUND_S) -> dict[str, Any]:
-    """Each probe's result (or the exception it raised), all run at once on daemon threads;
-    one still running after `bound_s` is a TimeoutError and is left behind."""
-    results: dict[str, Any] = {}
-
-    def run(name: str, probe: Callable[[], Any]) -> None:
-        try:
-            results[name] = probe()
-        except Exception as exc:  # the caller reports it
-            results[name] = exc
-    threads = [threading.Thread(target=run, args=item, daemon=True) for item in probes.items()]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + bound_s
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-    return {name: results.get(name, TimeoutError(f"no answer within {bound_s:.0f} s")) for name in probes}
 
 
 def missing_database(s: Settings) -> str | None:
@@ -69,26 +31,6 @@ def missing_database(s: Settings) -> str | None:
         return None
     return (f"no database in {pgdata} (SYNEDRE_STATE_DIR={s.state_dir}): `synedre db upgrade` creates it;"
             " or point SYNEDRE_STATE_DIR at the existing one, or SYNEDRE_DATABASE_URL at a server")
-
-
-def _timed(name: str, fn: Callable[[], str], check: str = "") -> Check:
-    """The probe's answer with its time, or its failure in one line with what to `check`."""
-    started = time.monotonic()
-    try:
-        detail = fn()
-        return Check(name, True, f"{detail} ({(time.monotonic() - started) * 1000:.0f} ms)")
-    except NotReady as exc:  # already in the operator's words
-        return Check(name, False, str(exc))
-    except Exception as exc:  # a check reports every failure; the reason is the point
-        return Check(name, False, f"{type(exc).__name__}: {one_line(exc)}"[:300] + check)
-
-
-def one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
-
-
-def _reason(exc: BaseException) -> str:
-    return str(exc) if isinstance(exc, NotReady) else f"{type(exc).__name__}: {one_line(exc)}"[:300]
 
 
 def status_counts(conn: Any) -> dict[str, int]:
@@ -129,7 +71,7 @@ def check_postgres(s: Settings | None = None) -> Check:
         if pending := [m.version for m in available(s.migrations_dir) if m.version not in applied]:
             raise NotReady(f"reachable, {len(pending)} migration(s) pending: run `synedre db upgrade`")
         return "reachable, schema up to date"
-    return _timed("postgresql", probe, "; check that it runs, and SYNEDRE_DATABASE_URL")
+    return timed("postgresql", probe, "; check that it runs, and SYNEDRE_DATABASE_URL")
 
 
 def check_redis() -> Check:
@@ -146,7 +88,7 @@ def check_redis() -> Check:
         if not info.get("aof_enabled") and not _rdb_saves(r):
             notes.append("WARNING no persistence (AOF off, no RDB saves): a restart loses queued tasks")
         return "; ".join(["reachable", *notes])
-    c = _timed("redis", probe, "; start it, or fix SYNEDRE_BROKER_URL")
+    c = timed("redis", probe, "; start it, or fix SYNEDRE_BROKER_URL")
     return Check(c.name, c.ok and "WARNING" not in c.detail, c.detail)
 
 
@@ -164,7 +106,7 @@ def check_clamd(s: Settings) -> Check:
         if not ping(s.clamd, timeout=5.0):
             raise ConnectionError(f"clamd at {s.clamd} does not answer PING")
         return f"{s.clamd} answers"
-    return _timed("clamd", probe, "; check that clamd runs, and SYNEDRE_CLAMD")
+    return timed("clamd", probe, "; check that clamd runs, and SYNEDRE_CLAMD")
 
 
 def check_imap(s: Settings) -> list[Check]:
@@ -185,7 +127,7 @@ def check_imap(s: Settings) -> list[Check]:
             how = " (OAuth2)" if box.oauth2 is not None else ""
             return f"login as {box.username} on {box.imap_host}:{box.imap_port} ok{how}"
         return probe
-    return [_timed(f"imap:{box_id}", login(box), f"; check the server, and the entry and credentials of {box_id}"
+    return [timed(f"imap:{box_id}", login(box), f"; check the server, and the entry and credentials of {box_id}"
                    f" in SYNEDRE_MAILBOXES_FILE{_cannot_send(box)}") for box_id, box in boxes.items()]
 
 
@@ -281,52 +223,6 @@ def check_provider(s: Settings, provider: Any) -> Check:
                  f" ({(time.monotonic() - started) * 1000:.0f} ms)")
 
 
-def check_agent_sandbox(s: Settings) -> Check:
-    """Who the agent runs as and whether its sandbox can start (SPEC §8 Sandbox); the root
-    opt-out (SYNEDRE_AGENT_AS_ROOT) is a warning while it is on."""
-    import os
-
-    from synedre.spawn import agent, sandbox
-
-    try:
-        run_as = agent.user(s)
-    except (KeyError, ValueError) as exc:
-        return Check("agent", False, f"agent user {s.agent_user!r} unavailable ({exc}): every launch fails")
-    who = run_as.name if run_as else ("root" if os.geteuid() == 0 else "the worker's user")
-    if unavailable := sandbox.preflight(os.environ.get("PATH", "/usr/bin:/bin"), run_as):
-        return Check("agent", False, f"runs as {who}; sandbox unavailable: {unavailable}: every launch fails")
-    detail = f"runs as {who}, sandboxed"
-    if run_as is None and os.geteuid() == 0:
-        detail += ("; WARNING SYNEDRE_AGENT_AS_ROOT is on: the agent runs as root, confined by the sandbox"
-                   f" alone (unset it to run it as {s.agent_user})")
-    return Check("agent", "WARNING" not in detail, detail)
-
-
-def check_deploy_sandbox(s: Settings) -> Check:
-    """Whether `./deploy` can run confined: as its own user, inside the sandbox runtime (a deploy
-    that cannot is `deploy_failed`, never run unconfined)."""
-    from synedre.orchestrate.deploy import Confinement, preflight
-
-    if why := preflight(Confinement(s.deploy_sandbox, s.deploy_user)):
-        return Check("deploy", False, f"{why}: every deploy fails")
-    return Check("deploy", True, f"runs as {s.deploy_user} inside {s.deploy_sandbox}")
-
-
-def check_qa_browser(s: Settings) -> Check:
-    """Whether QA's Chromium can start confined (its sandbox on, never as root): what it would
-    run as, or why every browser check would fail."""
-    import os
-
-    from synedre.orchestrate.qa import BrowserUnavailable, confinement
-
-    try:
-        confinement(s)
-    except BrowserUnavailable as exc:
-        return Check("browser", False, f"{exc}: every browser check fails")
-    who = s.qa_user if os.geteuid() == 0 else "the worker's user"
-    return Check("browser", True, f"Chromium runs as {who}, sandboxed")
-
-
 def check_all(s: Settings | None = None) -> list[Check]:
     """Every dependency's check, all at once, within PROBES_BOUND_S."""
     s = s or get_settings()
@@ -349,7 +245,7 @@ def _checks(results: dict[str, Any]) -> list[Check]:
     out: list[Check] = []
     for name, got in results.items():
         if name not in _NOT_CHECKS:
-            out += [Check(name, False, _reason(got))] if isinstance(got, Exception) else got
+            out += [Check(name, False, reason(got))] if isinstance(got, Exception) else got
     return out
 
 
@@ -364,7 +260,7 @@ def snapshot(s: Settings | None = None, app: Any = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for part in ("messages", "queues"):
         if isinstance(got[part], Exception):
-            out[part] = {"error": _reason(got[part])}
+            out[part] = {"error": reason(got[part])}
         else:
             out.update(got[part])
     if app is not None:

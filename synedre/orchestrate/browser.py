@@ -1,0 +1,324 @@
+"""QA's browser (SPEC §9.4): one headless Chromium, confined, and what a page does in it.
+
+The browser is Debian's Chromium driven by Playwright's sync API, started through the wrapper
+`chromium-as-qa` beside this file: its own sandbox on, as an unprivileged user, the fleet's
+files hidden (`Browser`, `confinement`). A QA worker's process may keep one for check after
+check (`keep_browser`, `kept_browser`). `load_page` loads a page there and gathers its console
+errors, uncaught page errors and failed requests (cut to `MAX_EVENT_CHARS`, at most
+`MAX_EVENTS` of each kind, through `redact`), and its full-page screenshot (file 0600,
+directories 0700).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import pwd
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from playwright.sync_api import (
+    ConsoleMessage,
+    Error as PlaywrightError,
+    Page,
+    Request as PlaywrightRequest,
+    Response,
+    TimeoutError as PlaywrightTimeoutError,
+    sync_playwright,
+)
+
+from synedre.config import Settings, get_settings
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Debian's chromium, not a Playwright-downloaded build, started through this wrapper (its
+# header says how): its own sandbox on, as an unprivileged user, in a mount namespace where
+# the fleet's files are empty. The page's JavaScript is the agent's: untrusted code.
+CONFINED_CHROMIUM = Path(__file__).with_name("chromium-as-qa")
+BWRAP, SETPRIV = Path("/usr/bin/bwrap"), Path("/usr/bin/setpriv")
+# The sandbox stays on (Playwright adds --no-sandbox unless told `chromium_sandbox`); the
+# rest keeps the browser off the network except for the page itself, and its rendering
+# deterministic enough for mock-up comparison.
+CHROMIUM_ARGS = ("--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-gpu", "--disable-quic")
+VIEWPORT = {"width": 1280, "height": 800}
+DEFAULT_TIMEOUT_S = 30.0
+# After `load`, up to this long for the network to go idle, so errors thrown from a
+# short timer or a late fetch are seen; a page that polls forever is checked as it is then.
+SETTLE_S = 3.0
+MAX_EVENTS = 50
+MAX_EVENT_CHARS = 500
+
+
+class BrowserUnavailable(Exception):
+    """Chromium is missing or would not start."""
+
+
+class Browser:
+    """One headless Chromium for one or more `check_route` calls; closed on exit, always.
+    Confined (`CONFINED_CHROMIUM`): as `settings.qa_user` when the worker is root, else as
+    the worker's user; the paths of `settings.fleet_files()` hidden from it."""
+
+    def __init__(self, timeout_s: float = DEFAULT_TIMEOUT_S, settings: Settings | None = None):
+        self.timeout_s, self.settings = timeout_s, settings
+        self._pw: Any = None
+        self._browser: Any = None
+
+    def __enter__(self) -> Browser:
+        env = confinement(self.settings or get_settings())
+        try:
+            self._pw = sync_playwright().start()
+        except PlaywrightError as e:
+            raise BrowserUnavailable(f"playwright driver: {_first_line(e)}") from e
+        try:
+            self._browser = self._pw.chromium.launch(
+                executable_path=str(CONFINED_CHROMIUM), chromium_sandbox=True, env=env, headless=True,
+                args=list(CHROMIUM_ARGS), timeout=self.timeout_s * 1000)
+        except PlaywrightError as e:
+            self._pw.stop()
+            raise BrowserUnavailable(f"chromium would not start: {_launch_failure(e)}") from e
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._browser.close()
+        except PlaywrightError:
+            pass  # already gone (crashed); stopping the driver below ends whatever is left
+        finally:
+            self._pw.stop()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the browser answers: a round trip (a CDP session opened and closed), since
+        the sync API learns that Chromium died only when it next talks to it."""
+        try:
+            if self._browser is None or not self._browser.is_connected():
+                return False
+            self._browser.new_browser_cdp_session().detach()
+            return True
+        except PlaywrightError:
+            return False
+
+    def new_context(self) -> Any:
+        ctx = self._browser.new_context(viewport=VIEWPORT, device_scale_factor=1, service_workers="block")
+        ctx.set_default_timeout(self.timeout_s * 1000)
+        ctx.set_default_navigation_timeout(self.timeout_s * 1000)
+        return ctx
+
+
+def confinement(s: Settings) -> dict[str, str]:
+    """What the confined browser needs, checked (`BrowserUnavailable` naming what is missing),
+    and `_confined_env`'s environment for it; `synedre status` asks the same."""
+    for tool, package in ((CHROMIUM, "chromium"), (BWRAP, "bubblewrap"), (SETPRIV, "util-linux")):
+        if not os.access(tool, os.X_OK):
+            raise BrowserUnavailable(f"{tool} is not an executable (apt-get install {package})")
+    if not os.access(CONFINED_CHROMIUM, os.X_OK):
+        raise BrowserUnavailable(f"{CONFINED_CHROMIUM} is not an executable (chmod 755 it)")
+    return _confined_env(s)
+
+
+def _confined_env(s: Settings) -> dict[str, str]:
+    """The whole environment `CONFINED_CHROMIUM` starts with: Playwright would otherwise pass
+    it the worker's own, secrets included. Chromium's is built by the wrapper from nothing.
+    `BrowserUnavailable` when the worker is root and the QA user is missing or root: Chromium
+    never runs as root."""
+    hidden = dict.fromkeys(str(q) for p in s.fleet_files() for q in (p, p.resolve()))
+    if any("\n" in p for p in hidden):  # QA_HIDE is one path a line
+        raise BrowserUnavailable("a path of the fleet holds a newline: it cannot be hidden from the browser")
+    env = {"PATH": "/usr/bin:/bin", "QA_HIDE": "\n".join(hidden)}
+    if os.geteuid() == 0:
+        try:
+            user = pwd.getpwnam(s.qa_user)
+        except KeyError:
+            raise BrowserUnavailable(f"QA user {s.qa_user!r} does not exist (SYNEDRE_QA_USER; scripts/system-deps"
+                                     " creates it): Chromium does not run as root") from None
+        if user.pw_uid == 0 or user.pw_gid == 0:
+            raise BrowserUnavailable(f"QA user {s.qa_user!r} is root or in group root (SYNEDRE_QA_USER):"
+                                     " Chromium does not run as root")
+        env["QA_RUN_AS"] = f"{user.pw_uid}:{user.pw_gid}"
+    return env
+
+
+# A QA worker checks route after route: starting Playwright's driver and a Chromium for
+# each costs seconds of the recap's latency. A process that calls `keep_browser` (each
+# Celery child, tasks/qa.py) keeps one Chromium for its checks instead: relaunched when it
+# died, after `KEPT_MAX_USES` checks or for another timeout, closed at the child's
+# shutdown (and at exit). It belongs to the thread that launched it, as Playwright's sync
+# API does: any other thread gets None, and its check starts a Chromium of its own.
+KEPT_MAX_USES = 200  # a long-lived Chromium only grows: a fresh one now and then
+
+
+@dataclass
+class _Kept:
+    browser: Browser
+    thread: int
+    timeout_s: float
+    uses: int = 0
+
+
+_kept: _Kept | None = None
+_keep = False
+
+
+def keep_browser() -> None:
+    global _keep
+    if not _keep:
+        _keep = True
+        atexit.register(close_kept_browser)
+
+
+def kept_browser(timeout_s: float) -> Browser | None:
+    """This process's browser, launched (`BrowserUnavailable` if it cannot be) or relaunched
+    as needed; None when the process keeps none (the check starts its own)."""
+    global _kept
+    if not _keep or (_kept is not None and _kept.thread != threading.get_ident()):
+        return None
+    if _kept is not None and (_kept.timeout_s != timeout_s or _kept.uses >= KEPT_MAX_USES or not _kept.browser.alive):
+        close_kept_browser()
+    if _kept is None:
+        _kept = _Kept(Browser(timeout_s).__enter__(), threading.get_ident(), timeout_s)
+    _kept.uses += 1
+    return _kept.browser
+
+
+def close_kept_browser() -> None:
+    global _kept
+    kept, _kept = _kept, None
+    if kept is None or kept.thread != threading.get_ident():
+        return
+    try:
+        kept.browser.__exit__(None, None, None)
+    except PlaywrightError:
+        pass  # the driver is gone already, and the browser with it
+
+
+_LOG_PREFIX = re.compile(r"^(- )?(\[pid=\d+\]\[(err|out)\] )?")
+
+
+def _launch_failure(e: PlaywrightError) -> str:
+    """The first line, and what the wrapper or Chromium's sandbox said in the browser's log."""
+    said = [_LOG_PREFIX.sub("", ln.strip())[:300] for ln in (e.message or str(e)).splitlines()
+            if "chromium-as-qa:" in ln or "bwrap:" in ln or "sandbox" in ln.lower()]
+    return "; ".join(list(dict.fromkeys([_first_line(e), *said]))[:4])
+
+
+def _first_line(e: PlaywrightError) -> str:
+    lines = (e.message or str(e)).strip().splitlines()  # the rest is Playwright's call log
+    return lines[0] if lines else type(e).__name__
+
+
+@dataclass
+class _Events:
+    redact: Callable[[str], str]
+    origin: str
+    console: list[tuple[str, str]] = field(default_factory=list)  # (text, source url)
+    page: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (text, url)
+
+    def on_console(self, msg: ConsoleMessage) -> None:
+        if msg.type != "error":
+            return
+        source = (msg.location or {}).get("url", "")
+        parts = urlsplit(source)
+        if msg.text.startswith("Failed to load resource") and parts.path == "/favicon.ico" \
+                and f"{parts.scheme}://{parts.netloc}" == self.origin:
+            return  # Chromium's own favicon probe, not a request of the page
+        self.console.append((msg.text + (f" ({source})" if source else ""), source))
+
+    def on_page_error(self, err: PlaywrightError) -> None:
+        frames = [ln.strip() for ln in (err.stack or "").splitlines() if ln.strip().startswith("at ")]
+        text = f"{err.name}: {err.message}" if err.name else err.message
+        self.page.append(text + (f" {frames[0]}" if frames else ""))
+
+    def on_request_failed(self, request: PlaywrightRequest) -> None:
+        self.failed.append((f"{request.method} {request.url}: {request.failure}", request.url))
+
+    def on_response(self, response: Response) -> None:
+        req = response.request
+        if response.status < 400 or (req.is_navigation_request() and req.frame.parent_frame is None):
+            return  # the document's own status is level 1's
+        self.failed.append((f"{req.method} {response.url}: HTTP {response.status}", response.url))
+
+    def _bounded(self, items: list[str]) -> tuple[str, ...]:
+        kept = [self.redact(t[:MAX_EVENT_CHARS]) for t in items[:MAX_EVENTS]]
+        if len(items) > MAX_EVENTS:
+            kept.append(f"... and {len(items) - MAX_EVENTS} more")
+        return tuple(kept)
+
+    def results(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        failed_urls = {url for _, url in self.failed}
+        console = [t for t, src in self.console
+                   if not (t.startswith("Failed to load resource") and src in failed_urls)]
+        return self._bounded(console), self._bounded(self.page), self._bounded([t for t, _ in self.failed])
+
+
+def _private_dir(path: Path) -> None:
+    """Create `path` and its missing parents 0700; an existing directory is left as it is."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(d, 0o700)  # mkdir's mode is masked by the umask
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    _private_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chmod(path, 0o600)
+
+
+def _settle(page: Page, timeout_s: float) -> None:
+    try:
+        page.wait_for_load_state("networkidle", timeout=min(timeout_s, SETTLE_S) * 1000)
+    except PlaywrightTimeoutError:
+        pass  # never idle (polling, a stream): what the page did so far is what gets checked
+
+
+@dataclass(frozen=True)
+class PageLoad:
+    """What the page did in the browser; `error`: why it could not be loaded or shot."""
+    console_errors: tuple[str, ...]
+    page_errors: tuple[str, ...]
+    failed_requests: tuple[str, ...]
+    screenshot: Path | None
+    error: str | None
+
+
+def load_page(browser: Browser, url: str, shot_path: Path, timeout_s: float,
+              redact: Callable[[str], str]) -> PageLoad:
+    """Level 2 of a check: `url` loaded in a context of its own, its events gathered, its
+    screenshot written to `shot_path`; the context is always closed."""
+    parts = urlsplit(url)
+    events = _Events(redact=redact, origin=f"{parts.scheme}://{parts.netloc}")
+    error: str | None = None
+    screenshot: Path | None = None
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.on("console", events.on_console)
+        page.on("pageerror", events.on_page_error)
+        page.on("requestfailed", events.on_request_failed)
+        page.on("response", events.on_response)
+        try:
+            page.goto(url, wait_until="load", timeout=timeout_s * 1000)
+            _settle(page, timeout_s)
+            png = page.screenshot(full_page=True, timeout=timeout_s * 1000, animations="disabled")
+        except PlaywrightError as e:
+            error = redact(f"browser: {_first_line(e)}"[:MAX_EVENT_CHARS])
+        else:
+            _write_private(shot_path, png)
+            screenshot = shot_path
+    finally:
+        try:
+            context.close()
+        except PlaywrightError:
+            pass  # the browser died; Browser.__exit__ stops the driver and what is left of it
+    return PageLoad(*events.results(), screenshot, error)

@@ -1,0 +1,260 @@
+"""Hide secrets in the agent's stream before it is written anywhere (SPEC §8 Stream, §13).
+
+`Redactor(secrets)` lives for one launch. Each string goes through three passes:
+
+1. exact values (Aho-Corasick, `exact`): the configured secrets, plus every value a rule hid
+   earlier in the launch (it is *remembered*), each also JSON-escaped, percent-encoded and
+   in base64 (alone, or inside a longer base64 text at any byte offset);
+2. `rules.RULES`, one combined regex: `NAME=value`, `name: value`, `"name": "value"`,
+   `--password x`, `mysql -p…` where the name looks secret, URL credentials, Authorization
+   and Cookie headers, private key blocks, webhooks, DSNs, the token formats of known
+   providers; and a fallback, a random-looking word shortly after a secret word in any
+   other syntax ("the password for alice is …");
+3. a bare AWS secret key: a 40-character base64 word with high entropy (`rules`).
+
+In a JSON object, a string under a key whose name looks secret is hidden whole, and one
+under a secret-ish key (`nonce`, `salt`…) if it looks random. Each hit becomes
+`[REDACTED:<kind>]`. What passes 2 and 3 hide is remembered (if it looks like a secret,
+see `exact._memorable`); if a call taught the redactor something, pass 1 runs again on its
+output, so a repetition earlier in the same string or object is hidden too. A value never
+runs across a line break, raw or JSON-escaped at any depth.
+
+Limits, by design:
+- exact secrets shorter than `MIN_SECRET_LEN` characters are ignored: values like
+  "admin" or "1234" would blank out innocent text everywhere; so are hidden values that
+  look like words, paths or code (`exact._memorable`), and the memory holds `MAX_REMEMBERED`;
+- a secret is guaranteed absent from the output only if it contains no `[` or `]` and
+  is not part of a marker itself (a marker's brackets could complete it);
+- it errs towards hiding: `key=lambda…` in code loses its value too;
+- each call sees one string: a secret cut across two strings (two partial-message
+  deltas, two content blocks) is not seen whole by `redact_obj`. The launcher therefore
+  stores no delta text at all (its length only: the complete message repeats it) and
+  redacts the text blocks of one message joined as well, then hides in each block what
+  the joined text's redaction hid across them (`pieces.merge_pieces`; synedre/spawn/reassembly.py,
+  `Reassembler`).
+
+Why hand-written rules rather than `detect-secrets`: measured on this stream, its line
+scanner took 1.9 s on a 0.5 MB line and grows faster than the line (5 MB lines are
+routine here), its keyword and entropy plugins flag ordinary words ("password", "The")
+without its file-level filters, and it reports values, not spans, so a replacing pass
+would still be needed. Its plugin list served as the checklist of token formats.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from synedre.redact.exact import _ENCODED, MIN_SECRET_LEN, _decodings, _Exact, _memorable, _variants
+from synedre.redact.rules import (
+    _MARKER,
+    _ORDER,
+    _UNION,
+    RULES,
+    _bare_aws_secrets,
+    _inside_marker,
+    _looks_random,
+    _precise,
+)
+
+MAX_REMEMBERED = 1000  # values learned in one launch; configured secrets are not counted
+CLEAN_CACHE_LEN, CLEAN_CACHE_SIZE = 256, 100_000  # strings up to this long, this many at most
+
+T = TypeVar("T")
+
+
+class Redactor:
+    """One per launch: it remembers what it hid (see the module docstring)."""
+
+    def __init__(self, secrets: list[str] | None = None):
+        self._configured = {s for s in secrets or [] if len(s) >= MIN_SECRET_LEN}
+        self._words = {v for s in self._configured for v in _variants(s)}  # what pass 1 looks for
+        self._remembered: dict[str, None] = {}  # insertion-ordered set
+        self._seen: set[tuple[str, str]] = set()  # values hidden so far: decoded once
+        self._exact: _Exact | None = None
+        self._stale = True
+        self._learned = False  # set when a value was remembered during the current call
+        # Short strings the passes left as they were, for the current exact set: a stream
+        # repeats them (keys, types, ids) in every event. Emptied whenever the set changes.
+        self._clean: set[str] = set()
+
+    def fresh(self) -> Redactor:
+        """A new redactor of the same configured secrets that shares the work done on them
+        (their variants, the automaton finding them) and remembers nothing yet."""
+        self._refresh()
+        other = Redactor()
+        other._configured, other._words = self._configured, set(self._words)
+        other._exact, other._stale = self._exact, False
+        return other
+
+    @property
+    def remembered(self) -> int:
+        """How many values it learned so far (for logs: the values themselves are secrets)."""
+        return len(self._remembered)
+
+    def _refresh(self) -> None:
+        """Rebuilt at a public call's edges only, not for every value learned within it."""
+        if self._stale:
+            self._exact = _Exact(self._words) if self._words else None
+            self._stale = False
+            self._clean.clear()
+
+    def _remember(self, value: str, kind: str) -> None:
+        if len(value) < MIN_SECRET_LEN or (value, kind) in self._seen:  # decodings are never longer
+            return
+        if len(self._seen) < 10 * MAX_REMEMBERED:
+            self._seen.add((value, kind))
+        for v in _decodings(value) if _ENCODED.search(value) else (value,):
+            if (v not in self._remembered and len(self._remembered) < MAX_REMEMBERED
+                    and _memorable(v, kind) and v not in self._configured):
+                self._remembered[v] = None
+                self._words |= _variants(v)
+                self._stale = self._learned = True
+
+    def _hide(self, kind: str, value: str) -> str:
+        if value[:1] == "[" and _MARKER.fullmatch(value):  # hidden by the exact pass already
+            return value
+        self._remember(value, kind)
+        return f"[REDACTED:{kind}]"
+
+    def _replace(self, i: int, m: re.Match[str], hidden: list[int], kept: int,
+                 markers: bool) -> str | None:
+        """The text of match `m` of rule `i` with its secrets hidden; None if it is not one.
+        `markers`: whether the string holds markers of an earlier pass."""
+        rule, regs = RULES[i], m.regs
+        start, end = regs[0]
+        if kept and regs[kept][0] >= 0:
+            spans = [(start, regs[kept][0]), (regs[kept][1], end)]
+        elif hidden:
+            spans = [regs[n] for n in hidden if regs[n][1] > regs[n][0]]
+        else:
+            spans = [(start, end)]
+        s = m.string
+        if not spans or (rule.check and not rule.check(s[spans[0][0]:spans[0][1]])) \
+                or (markers and any(_inside_marker(s, x) for span in spans for x in span)):
+            return None
+        out, pos = [], start
+        for a, b in spans:
+            out += [s[pos:a], self._hide(rule.kind, s[a:b])]
+            pos = b
+        out.append(s[pos:end])
+        return "".join(out)
+
+    def _rules(self, s: str) -> str:
+        out, done, pos, markers = [], 0, 0, "[REDACTED" in s
+        while m := _UNION.search(s, pos):
+            at = m.start()
+            # The union chose the first rule that may match here; the precise rules decide,
+            # in the union's order from that one on.
+            for i in _ORDER[m.lastgroup]:  # type: ignore[index]
+                rx, hidden, kept = _precise(i)
+                if (hit := rx.match(s, at)) and (
+                        replaced := self._replace(i, hit, hidden, kept, markers)) is not None:
+                    out += [s[done:at], replaced]
+                    done = pos = hit.end()
+                    break
+            else:
+                pos = at + 1
+        return "".join(out) + s[done:] if out else s
+
+    def _exact_pass(self, s: str) -> str:
+        return self._exact.sub("[REDACTED:secret]", s) if self._exact else s
+
+    def _begin(self) -> None:
+        self._refresh()
+        self._learned = False
+
+    def _end(self) -> bool:
+        """Whether the call taught it a value (the exact pass is then ready for it)."""
+        self._refresh()
+        return self._learned
+
+    def _text(self, s: str) -> str:
+        if s in self._clean:
+            return s
+        out = self._rules(self._exact_pass(s))
+        for value in _bare_aws_secrets(out):
+            self._remember(value, "aws_secret_key")
+            out = out.replace(value, "[REDACTED:aws_secret_key]")
+        if out == s and len(s) <= CLEAN_CACHE_LEN and len(self._clean) < CLEAN_CACHE_SIZE:
+            self._clean.add(s)  # nothing hidden, so nothing learned from it
+        return out
+
+    def redact_text(self, s: str) -> str:
+        self._begin()
+        out = self._text(s)
+        return self._exact_pass(out) if self._end() else out
+
+    def _obj(self, obj: Any) -> Any:
+        if isinstance(obj, str):
+            return self._text(obj)
+        if isinstance(obj, dict):
+            out = {}
+            for k, v in obj.items():
+                if not isinstance(k, str):
+                    out[k] = self._obj(v)
+                    continue
+                name, (secret_key, hint_key) = self._text(k), _key_kind(k)
+                if secret_key and isinstance(v, str) and v:
+                    out[name] = self._hide("json_secret", v)
+                elif hint_key and isinstance(v, str) and _hint_value(v):
+                    out[name] = self._hide("entropy_secret", v)
+                else:
+                    out[name] = self._obj(v)
+            return out
+        if isinstance(obj, (list, tuple)):
+            return [self._obj(v) for v in obj]
+        if isinstance(obj, (int, float)) and not isinstance(obj, bool) and self._exact:
+            # A secret of digits (a PIN, a numeric password) written as a JSON number: the
+            # number becomes the marker's string, since no number can stand for one.
+            text = json.dumps(obj)
+            return obj if (hidden := self._exact_pass(text)) == text else hidden
+        return obj
+
+    def redact_obj(self, obj: T) -> T:
+        """Every string of a JSON-like value, keys included; a string under a key whose name
+        looks secret (`"api_key": …`, an MCP tool's `token` argument) is hidden whole. If the
+        object taught the redactor a value, its strings are checked for it once more."""
+        self._begin()
+        out = self._obj(obj)
+        return _map_strings(out, self._exact_pass) if self._end() else out
+
+    def redact_line(self, line: T) -> T:
+        """One line, bytes or str (same type back). A JSON line is redacted value by value and
+        re-serialised, so escapes are handled and the result stays valid JSON."""
+        text = line.decode("utf-8", errors="replace") if isinstance(line, bytes) else str(line)
+        body = text.rstrip("\r\n")
+        out = None
+        if body.lstrip().startswith(("{", "[")):
+            try:
+                out = json.dumps(self.redact_obj(json.loads(body)), ensure_ascii=False)
+            except (ValueError, RecursionError):
+                pass  # not JSON after all: redact it as text
+        out = (self.redact_text(body) if out is None else out) + text[len(body):]
+        return out.encode("utf-8") if isinstance(line, bytes) else out  # type: ignore[return-value]
+
+
+_KEY_NAME = re.compile(r"(?i:key|secret|token|passw(?:or)?d|passphrase|pwd|auth(?!or)|authorization"
+                       r"|credential|cookie)|(?<![A-Za-z])(?i:pass)(?![a-z])|(?<=[a-z])Pass(?![a-z])")
+# Secret-ish keys: their value is hidden only if it looks random. Not "signature": Claude's
+# thinking blocks carry one, random and public.
+_hint_value = _looks_random(12)
+_HINT_NAME = re.compile(r"(?i:salt|hmac|nonce|seed|cred|otp|dsn|sas|webhook|cipher|encrypt|signing|master)")
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_kind(k: str) -> tuple[bool, bool]:
+    """Whether a JSON key's name looks secret, or secret-ish (a stream repeats its keys)."""
+    return bool(_KEY_NAME.search(k)), bool(_HINT_NAME.search(k))
+
+
+def _map_strings(obj: Any, fn: Callable[[str], str]) -> Any:
+    if isinstance(obj, str):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {(fn(k) if isinstance(k, str) else k): _map_strings(v, fn) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_map_strings(v, fn) for v in obj]
+    return obj
