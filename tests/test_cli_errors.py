@@ -202,14 +202,14 @@ def test_a_url_its_library_cannot_parse_is_a_configuration_error_that_never_show
 
 
 def test_an_error_line_never_shows_a_configured_secret(monkeypatch):
-    from synedre import cli
+    from synedre.cli import common
     from synedre.config import get_settings
 
     monkeypatch.setenv("SYNEDRE_DATABASE_URL", "postgresql://u:pw-secret-1@127.0.0.1:1/db")
     monkeypatch.setenv("SYNEDRE_MISTRAL_API_KEY", "key-secret-2")
     get_settings.cache_clear()
     try:
-        line = cli.scrub('auth failed: "pw-secret-1" with key-secret-2 at 127.0.0.1:1')
+        line = common.scrub('auth failed: "pw-secret-1" with key-secret-2 at 127.0.0.1:1')
     finally:
         monkeypatch.undo()
         get_settings.cache_clear()

@@ -7,7 +7,8 @@ import re
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from synedre.cli import RETRY_STAGES, app
+from synedre.cli import app
+from synedre.cli.messages import RETRY_STAGES
 from synedre.pipeline import Status
 
 

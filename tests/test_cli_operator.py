@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from synedre import cli
 from synedre.approvals import decisions
+from synedre.cli import common
 from synedre.config import Settings
 from synedre.stages.poll import ingest_one
 from tests.conftest import CORPUS
@@ -83,12 +83,12 @@ def test_a_user_who_sets_sudo_user_is_recorded_as_himself(monkeypatch):
     monkeypatch.setattr(os, "getuid", lambda: nobody.pw_uid)
     for name, value in {**SPOOFED, "SUDO_USER": "alice"}.items():
         monkeypatch.setenv(name, value)
-    assert cli._operator() == "nobody"
+    assert common.operator() == "nobody"
     monkeypatch.setattr(os, "getuid", lambda: 0)
     monkeypatch.setenv("SUDO_USER", pwd.getpwuid(0).pw_name)  # root's own sudo: said once
-    assert cli._operator() == pwd.getpwuid(0).pw_name
+    assert common.operator() == pwd.getpwuid(0).pw_name
     monkeypatch.setenv("SUDO_USER", "alice")
-    assert cli._operator() == f"{pwd.getpwuid(0).pw_name} (sudo from alice)"
+    assert common.operator() == f"{pwd.getpwuid(0).pw_name} (sudo from alice)"
     monkeypatch.setattr(os, "getuid", lambda: 2_000_000_000)  # no passwd entry
     monkeypatch.delenv("SUDO_USER")
-    assert cli._operator() == "uid 2000000000"
+    assert common.operator() == "uid 2000000000"

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from synedre.cli import DEPENDENCY, OK
+from synedre.cli.common import DEPENDENCY, OK
 from tests.services import stack
 from tests.services.claude_api import ScriptedModel, start_claude_api
 from tests.services.llm_server import HTTPError, start_llm_server

@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from synedre.db.tenants import ENV_NAME_RE, HOST_RE, check_repo, masked
-from synedre.db.types import Conn
+from synedre.db.types import Conn, Row
 
 # Anyone can open an address there: a domain match on them proves nothing.
 CONSUMER_DOMAINS = frozenset("""
@@ -272,3 +272,36 @@ def import_directory(conn: Conn, d: DirectoryFile) -> dict[str, Any]:
             (ch.codename, ch.client, ch.status, ch.title, ch.mission_letter))
     return {"clients": len(d.clients), "persons": sum(len(c.persons) for c in d.clients),
             "tenants": sum(1 for c in d.clients if c.deploy_target), "chantiers": len(d.chantiers)}
+
+
+def client_id(conn: Conn, codename: str) -> int | None:
+    row = conn.execute("SELECT id FROM synedre.clients WHERE codename = %s", (codename,)).fetchone()
+    return int(row["id"]) if row else None
+
+
+def overview(conn: Conn) -> tuple[Row | None, list[Row], list[Row]]:
+    """(the founder, the clients with their people and tenant, the chantiers) as `synedre
+    directory show` lists them, each row's columns in display order."""
+    founder = conn.execute("SELECT name, emails, atlas_address FROM synedre.founder").fetchone()
+    clients = conn.execute(
+        """SELECT c.codename, c.name, c.priority, c.status, coalesce(t.deploy_target, c.deploy_target) AS target,
+                  t.config->>'preprod_url' AS preprod, array_to_string(c.domains, ' ') AS domains,
+                  (SELECT string_agg(p.email, ' ' ORDER BY p.email) FROM synedre.client_persons p
+                    WHERE p.client_id = c.id) AS persons
+             FROM synedre.clients c LEFT JOIN synedre.tenant_topology t ON t.client_id = c.id
+            ORDER BY c.codename""").fetchall()
+    chantiers = conn.execute("SELECT h.codename, h.status, c.codename AS client, h.title FROM synedre.chantiers h"
+                             " LEFT JOIN synedre.clients c ON c.id = h.client_id ORDER BY h.codename").fetchall()
+    return founder, clients, chantiers
+
+
+def chantier_id(conn: Conn, codename: str) -> int | None:
+    row = conn.execute("SELECT id FROM synedre.chantiers WHERE codename = %s", (codename,)).fetchone()
+    return int(row["id"]) if row else None
+
+
+def set_mockup(conn: Conn, chantier: int, route: str, path: str, proof: str) -> None:
+    """The mock-up QA compares a chantier's route with (replacing the route's previous one)."""
+    conn.execute("INSERT INTO synedre.mockups (chantier_id, route, path, proof) VALUES (%s, %s, %s, %s)"
+                 " ON CONFLICT (chantier_id, route) DO UPDATE SET path = EXCLUDED.path, proof = EXCLUDED.proof",
+                 (chantier, route, path, proof))

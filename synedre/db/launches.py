@@ -144,3 +144,15 @@ def latest(conn: Conn, message_id: int) -> dict[str, Any] | None:
     """The message's last launch row."""
     return conn.execute("SELECT * FROM synedre.launches WHERE message_id = %s ORDER BY attempt DESC LIMIT 1",
                         (message_id,)).fetchone()
+
+
+def status_of(conn: Conn, launch_id: int) -> str:
+    row = conn.execute("SELECT status FROM synedre.launches WHERE id = %s", (launch_id,)).fetchone()
+    assert row is not None  # a launch row is never deleted
+    return str(row["status"])
+
+
+def events_after(conn: Conn, launch_id: int, seq: int) -> list[dict[str, Any]]:
+    """The launch's stream events after `seq`, in order (what `synedre tail` follows)."""
+    return conn.execute("SELECT seq, event_type, subtype, tool_name, payload FROM synedre.launch_events"
+                        " WHERE launch_id = %s AND seq > %s ORDER BY seq", (launch_id, seq)).fetchall()

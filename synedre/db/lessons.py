@@ -144,3 +144,8 @@ def note_operator(conn: Conn, client_id: int | None, agent_id: int | None, text:
            RETURNING id""", (client_id, agent_id, text[:SOURCE_MAX_CHARS])).fetchone()
     assert row is not None
     return int(row["id"])
+
+
+def drop_unlearnt(conn: Conn, source_id: int) -> None:
+    """Forget an operator's source that was not learnt: he was told `not added`, so it must not linger."""
+    conn.execute("DELETE FROM synedre.lesson_sources WHERE id = %s AND learnt_at IS NULL", (source_id,))

@@ -94,6 +94,11 @@ def lookup(conn: Conn, ref: str) -> int | None:
     return row["id"] if row else None
 
 
+def status_of(conn: Conn, message_id: int) -> str | None:
+    row = conn.execute("SELECT status FROM synedre.email_states WHERE message_id = %s", (message_id,)).fetchone()
+    return row["status"] if row else None
+
+
 def at_status(conn: Conn, status: str, since: Any = None) -> list[int]:
     """Messages at `status` (since a time, if given), oldest first."""
     return [r["message_id"] for r in conn.execute(

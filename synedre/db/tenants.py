@@ -11,7 +11,7 @@ import os
 import re
 from urllib.parse import urlsplit
 
-from synedre.db.types import Conn
+from synedre.db.types import Conn, Row
 
 URL_SCHEMES = ("file", "ssh", "git", "https", "http")
 # A deploy_hosts entry, `host` or `host:port`, as the deploy sandbox's allowedDomains take it
@@ -105,3 +105,12 @@ def set_baseline(conn: Conn, repo: str | None, sha: str, message_id: int | None,
     then = "NOTHING" if first else "UPDATE SET sha = EXCLUDED.sha, message_id = EXCLUDED.message_id, updated_at = now()"
     conn.execute(f"INSERT INTO synedre.deploy_baselines (repo, sha, message_id) VALUES (%s, %s, %s)"
                  f" ON CONFLICT (repo) DO {then}", (repo or "", sha, message_id))
+
+
+def of_client(conn: Conn, codename: str) -> Row | None:
+    """A client's name and tenant (deploy target, pre-production, repository), by codename."""
+    return conn.execute(
+        """SELECT c.name, coalesce(t.deploy_target, c.deploy_target) AS target,
+                  t.config->>'preprod_url' AS preprod, t.config->>'repo' AS repo
+             FROM synedre.clients c LEFT JOIN synedre.tenant_topology t ON t.client_id = c.id
+            WHERE c.codename = %s""", (codename,)).fetchone()

@@ -312,7 +312,7 @@ def test_an_unanswered_request_expires_with_one_alert_and_a_late_ok_changes_noth
 
 
 def test_operator_approve_and_refuse_on_a_live_fleet_are_audited_with_the_os_user(steer):
-    from synedre.cli import _operator  # the real uid's name (tests/test_cli_operator.py: never LOGNAME)
+    from synedre.cli.common import operator  # the real uid's name (tests/test_cli_operator.py: never LOGNAME)
     s, url = steer, steer["url"]
     yes, no = launchable(s, "op-yes"), launchable(s, "op-no")
     request_mail(s, yes), request_mail(s, no)
@@ -321,7 +321,7 @@ def test_operator_approve_and_refuse_on_a_live_fleet_are_audited_with_the_os_use
     refused = cli(s, "refuse", str(no), "--reason", "pas ce mois-ci")
     approved = cli(s, "approve", str(yes))
     assert approved.returncode == 0 and refused.returncode == 0, (approved.stderr, refused.stderr)
-    by = f"operator:{_operator()}"
+    by = f"operator:{operator()}"
     assert by in approved.stdout
     stack.wait_for(lambda: q(url, "SELECT count(*) FROM synedre.launches WHERE message_id = %s", yes)[0][0], 60,
                    "the approved launch")
