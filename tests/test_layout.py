@@ -120,3 +120,9 @@ def test_every_stage_is_a_stage_object_with_load_work_and_write():
             assert owner.__module__.startswith("synedre.stages."), (code, method)
     # every stage a message enters (not ingestion, which creates it) is run by such an object
     assert {s.name for s in STAGES if s.entry} <= {c.stage.name for c in codes}
+
+
+def test_no_module_is_over_400_lines_and_the_spawn_stage_under_250():
+    long = {p.relative_to(ROOT).as_posix(): n for p in MODULES if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
+    assert len((ROOT / "synedre" / "stages" / "spawn" / "__init__.py").read_text().splitlines()) < 250
