@@ -43,19 +43,7 @@ sha=$(git -C "$here" rev-parse --short main)
 echo "deploying $target from main@$sha"
 release=$(mktemp -d)
 git -C "$here" archive main site | tar -x -C "$release" --strip-components=1
-{
-  echo '<?xml version="1.0" encoding="UTF-8"?>'
-  echo '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
-  while IFS= read -r page; do
-    page=${page#./}; page=${page%.html}; [ "$page" = index ] && page=
-    echo "  <url><loc>@HOST@/$page</loc></url>"
-  done < <(cd "$release" && find . -name '*.html' | sort)
-  echo '</urlset>'
-} > "$release/sitemap.xml"
-tar -C "$release" -cf - . | curl -sS --fail-with-body -m 60 --data-binary @- "@UPLOAD@/$target"
-echo
-rm -rf "$release"
-"""
+""" + tryout_site.PUBLISH
 
 STYLE = ("body { font-family: sans-serif; margin: 40px; } h1 { color: #135; }\n"
          ".hero { background: #eef; padding: 20px; }\n")

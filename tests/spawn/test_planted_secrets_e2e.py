@@ -11,13 +11,7 @@ import pytest
 from tests.orchestrate.test_close_the_loop import loop, q  # noqa: F401  loop is a fixture used here
 from tests.services import stack
 from tests.services.claude_api import ScriptedModel, bash, text
-from tests.spawn.test_launch_e2e import (  # noqa: F401  launch_env and repo are fixtures used here
-    agent_script,
-    finished,
-    launch_env,
-    make_launchable,
-    repo,
-)
+from tests.spawn.test_launch_e2e import agent_script, finished, launch_env, make_launchable, repo  # noqa: F401
 from tests.spawn.test_redact import SHAPES
 
 pytestmark = [pytest.mark.timeout(240),
