@@ -23,7 +23,7 @@ import io
 import os
 import subprocess
 from dataclasses import dataclass
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from PIL import Image, ImageDraw
@@ -71,6 +71,17 @@ PAGES = {
     "site/about.html": page("À propos", "<p>Acme fabrique des enclumes depuis 1949.</p>"),
     "site/style.css": STYLE,
 }
+
+
+def send_page(handler: BaseHTTPRequestHandler, pages: dict[str, tuple[str, str]]) -> None:
+    """Answer `handler`'s GET from `pages` (path: content type and body), 404 for another path."""
+    ctype, body = pages.get(handler.path, ("text/plain", ""))
+    data = body.encode()
+    handler.send_response(200 if handler.path in pages else 404)
+    handler.send_header("Content-Type", ctype)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
 
 
 def serve_directory(directory: Path, publish_root: Path | None = None, host: str = "127.0.0.1"
