@@ -29,6 +29,18 @@ from tests.services.dovecot import start_dovecot  # noqa: E402
 CORPUS = stack.CORPUS
 
 
+def all_ready(procs: list[stack.Proc], timeout: float) -> list[stack.Proc]:
+    """`procs` once each Celery worker among them says it is ready; all stopped if one is not."""
+    try:
+        for p in procs:
+            p.wait_output(" ready.", timeout)
+    except BaseException:
+        for p in procs:
+            p.stop()
+        raise
+    return procs
+
+
 def corpus_messages(n: int, tag: str, clean: bool = False) -> list[bytes]:
     """n distinct messages cycling over the corpus, each with its own Message-ID;
     `clean`: only those without attachments."""

@@ -41,7 +41,7 @@ from email import message_from_bytes, policy
 from pathlib import Path
 
 import psycopg
-from _stack import corpus_messages, services, stack
+from _stack import all_ready, corpus_messages, services, stack
 
 from synedre.pipeline import FAILED, TERMINAL, WORKER_GROUPS, Status, group_queues
 
@@ -138,14 +138,7 @@ def start_workers(env: dict[str, str], logs, pool_max: int) -> list[stack.Proc]:
                     "-Q", ",".join(queues), "-P", g.pool, "-c", str(g.concurrency), "--loglevel", "INFO",
                     "-n", f"bench-{name}-{i}@%h", "--without-gossip", "--without-mingle"]
             workers.append(stack.Proc(f"bench-{name}-{i}", argv, proc_env, logs))
-    try:
-        for w in workers:
-            w.wait_output(" ready.", 90)
-    except BaseException:
-        for w in workers:
-            w.stop()
-        raise
-    return workers
+    return all_ready(workers, 90)
 
 
 def pool_sizes(workers: list[stack.Proc]) -> list[int]:

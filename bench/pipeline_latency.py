@@ -43,7 +43,7 @@ from pathlib import Path
 
 import psycopg
 from _loop import CORPUS, add_client, pct, services, stack
-from _stack import IdleFloor
+from _stack import IdleFloor, all_ready
 
 from synedre import fleet
 from synedre.celeryconfig import GROUPS
@@ -129,19 +129,9 @@ def spawn_started(workers: list[stack.Proc]) -> dict[int, float]:
 
 def start_fleet(env: dict[str, str], logs: Path) -> list[stack.Proc]:
     """One Celery process per process of each worker group, as `synedre fleet` starts them."""
-    procs = []
-    try:
-        for name, g in GROUPS.items():
-            for i in range(1, g.processes + 1):
-                procs.append(stack.Proc(f"bench-{name}-{i}", fleet.worker_argv(g, f"bench-{name}-{i}@%h"),
-                                        {**env, **fleet.worker_env(g)}, logs))
-        for p in procs:
-            p.wait_output(" ready.", 120)
-    except BaseException:
-        for p in procs:
-            p.stop()
-        raise
-    return procs
+    return all_ready([stack.Proc(f"bench-{name}-{i}", fleet.worker_argv(g, f"bench-{name}-{i}@%h"),
+                                 {**env, **fleet.worker_env(g)}, logs)
+                      for name, g in GROUPS.items() for i in range(1, g.processes + 1)], 120)
 
 
 def main() -> None:
@@ -162,13 +152,10 @@ def main() -> None:
         with services() as s:
             base = Path(s["env"]["SYNEDRE_STATE_DIR"]).parent
             site = start_site(base / "site")
-            dv = s["dovecot"]
-            box = base / "mailboxes-smtp.toml"
-            box.write_text(f'[mailboxes.atlas]\nimap_host = "{dv.host}"\nimap_port = {dv.port}\nimap_tls = false\n'
-                           f'smtp_host = "{smtp.host}"\nsmtp_port = {smtp.port}\nsmtp_tls = false\n'
-                           f'username = "{dv.username}"\npassword_env = "TEST_ATLAS_PASSWORD"\nfolder = "INBOX"\n')
-            env = {**s["env"], "SYNEDRE_MAILBOXES_FILE": str(box), "SYNEDRE_WORKSPACE_REPO": str(site.repo),
-                   "SYNEDRE_WORKSPACE_BASE_BRANCH": "main", "SYNEDRE_CLAUDE_BIN": shutil.which("claude"),
+            (base / "smtp").mkdir()  # beside the services' own registry, which sends nowhere
+            env = {**s["env"], **stack.mailbox_env(s["dovecot"], base / "smtp", smtp=smtp),
+                   "SYNEDRE_WORKSPACE_REPO": str(site.repo), "SYNEDRE_WORKSPACE_BASE_BRANCH": "main",
+                   "SYNEDRE_CLAUDE_BIN": shutil.which("claude"),
                    "SYNEDRE_ANTHROPIC_API_KEY": "sk-ant-api03-BENCHONLY0123456789abcdef",
                    "SYNEDRE_ANTHROPIC_BASE_URL": api.url, "SYNEDRE_AGENT_IS_SANDBOX": "1",
                    "SYNEDRE_IDLE_TIMEOUT_S": "60", "SYNEDRE_LAUNCH_BUDGET_S": "120", "SYNEDRE_QA_TIMEOUT_S": "20",

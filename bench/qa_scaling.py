@@ -28,6 +28,7 @@ from pathlib import Path
 
 import psycopg
 from _loop import deployed_message, services, site_with_pages, stack, wait_status
+from _stack import all_ready
 
 from synedre.pipeline import Status
 
@@ -45,18 +46,11 @@ def node(i: int) -> str:
 
 def qa_workers(env: dict[str, str], logs: Path, n: int) -> list[stack.Proc]:
     procs = []
-    try:
-        for i in range(n):
-            argv = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "qa", "-c", "1",
-                    "--loglevel", "INFO", "-n", node(i), "--without-gossip", "--without-mingle"]
-            procs.append(stack.Proc(f"bench-qa-{i}", argv, env, logs))
-        for p in procs:
-            p.wait_output(" ready.", 90)
-    except BaseException:
-        for p in procs:
-            p.stop()
-        raise
-    return procs
+    for i in range(n):
+        argv = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "qa", "-c", "1",
+                "--loglevel", "INFO", "-n", node(i), "--without-gossip", "--without-mingle"]
+        procs.append(stack.Proc(f"bench-qa-{i}", argv, env, logs))
+    return all_ready(procs, 90)
 
 
 def consuming(workers: int) -> None:

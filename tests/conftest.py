@@ -117,11 +117,15 @@ def redis_db():
     r.flushdb()
 
 
-@pytest.fixture
-def dovecot(tmp_path):
-    server = start_dovecot(tmp_path / "dovecot")
+def running(server):
+    """A started service, for a fixture to yield from: stopped at teardown."""
     yield server
     server.stop()
+
+
+@pytest.fixture
+def dovecot(tmp_path):
+    yield from running(start_dovecot(tmp_path / "dovecot"))
 
 
 @pytest.fixture
@@ -141,9 +145,7 @@ def services(db, redis_db, dovecot, tmp_path, monkeypatch):
 def clamd(tmp_path):
     from tests.services.clamd import start_clamd
 
-    server = start_clamd(tmp_path / "clamd")
-    yield server
-    server.stop()
+    yield from running(start_clamd(tmp_path / "clamd"))
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
 """`synedre fleet`: one command runs beat, workers and IDLE; Ctrl-C stops it all cleanly."""
+import contextlib
 import signal
 import sys
 
@@ -71,7 +72,5 @@ def test_killing_the_fleet_outright_takes_its_workers_down(services):
     finally:
         fleet.stop(signal.SIGKILL)
         for c in children:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 c.kill()
-            except psutil.NoSuchProcess:
-                pass

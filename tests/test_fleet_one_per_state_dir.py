@@ -3,6 +3,7 @@ naming the first's pid, touching nothing; `synedre db stop` refuses while a flee
 process stops an embedded database another one started."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -77,10 +78,8 @@ def test_a_second_fleet_is_refused_and_no_ctrl_c_stops_a_database_it_did_not_sta
     finally:
         first.stop(signal.SIGKILL)
         for c in children:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 c.kill()
-            except psutil.NoSuchProcess:
-                pass
 
 
 def test_a_fleet_stops_the_database_it_started_itself(embedded, tmp_path):

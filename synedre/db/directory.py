@@ -6,6 +6,7 @@ project's root shows every field.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -106,6 +107,16 @@ class PersonEntry(_Entry):
         return v
 
 
+# The deploy sandbox's lists (SPEC §13): what an entry of each must be, and its error's words.
+SANDBOX_LISTS: dict[str, tuple[Callable[[str], object], str]] = {
+    "deploy_hosts": (HOST_RE.fullmatch, "are host or host:port, without scheme nor path"),
+    "deploy_env": (lambda n: ENV_NAME_RE.fullmatch(n) and not n.upper().startswith("SYNEDRE_"),
+                   "names environment variables, never the fleet's own SYNEDRE_*"),
+    "infra_paths": (lambda p: p.strip() and not p.startswith("/") and ".." not in p.split("/"),
+                    "are paths inside the repository"),
+}
+
+
 class ClientEntry(_Entry):
     codename: str = Field(min_length=1)
     name: str
@@ -126,31 +137,13 @@ class ClientEntry(_Entry):
     domains: list[str] = []
     persons: list[PersonEntry] = []
 
-    @field_validator("deploy_hosts")
+    @field_validator(*SANDBOX_LISTS)
     @classmethod
-    def _hosts(cls, v: list[str], info: ValidationInfo) -> list[str]:
-        bad = [h for h in v if not HOST_RE.fullmatch(h)]
+    def _sandbox_entries(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        fits, rule = SANDBOX_LISTS[info.field_name or ""]
+        bad = [e for e in v if not fits(e)]
         if bad:
-            raise ValueError(f"{info.data.get('codename', '?')}: deploy_hosts are host or host:port, without"
-                             f" scheme nor path (got {bad[0][:60]!r})")
-        return v
-
-    @field_validator("deploy_env")
-    @classmethod
-    def _env_names(cls, v: list[str], info: ValidationInfo) -> list[str]:
-        bad = [n for n in v if not ENV_NAME_RE.fullmatch(n) or n.upper().startswith("SYNEDRE_")]
-        if bad:
-            raise ValueError(f"{info.data.get('codename', '?')}: deploy_env names environment variables, never"
-                             f" the fleet's own SYNEDRE_* (got {bad[0][:60]!r})")
-        return v
-
-    @field_validator("infra_paths")
-    @classmethod
-    def _paths(cls, v: list[str], info: ValidationInfo) -> list[str]:
-        bad = [p for p in v if not p.strip() or p.startswith("/") or ".." in p.split("/")]
-        if bad:
-            raise ValueError(f"{info.data.get('codename', '?')}: infra_paths are paths inside the repository"
-                             f" (got {bad[0][:60]!r})")
+            raise ValueError(f"{info.data.get('codename', '?')}: {info.field_name} {rule} (got {bad[0][:60]!r})")
         return v
 
     @field_validator("preprod_url")

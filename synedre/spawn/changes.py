@@ -20,14 +20,13 @@ or whole, are named (`left_out`). Only what is kept is redacted: the rest is nev
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from synedre.redact import Redactor
 from synedre.redact.pieces import merge_pieces
-from synedre.spawn import workspace
+from synedre.spawn import git, workspace
 
 DIFF_OPTS = ("--no-color", "--no-ext-diff", "--no-textconv", "--no-renames", "--src-prefix=a/", "--dst-prefix=b/")
 _HUNK = re.compile(r"(@@ -[0-9,]+ \+[0-9,]+ @@)(.*)", re.DOTALL)
@@ -55,13 +54,8 @@ class Changes:
 
 
 def _git(repo: Path, *args: str) -> bytes:
-    cmd = ["git", "-C", str(repo), "-c", "diff.suppressBlankEmpty=false", *args]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, timeout=workspace.GIT_TIMEOUT_S, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        raise workspace.WorkspaceError(f"git {args[0]}: timed out after {workspace.GIT_TIMEOUT_S:g} s") from exc
-    except OSError as exc:
-        raise workspace.WorkspaceError(f"git {args[0]}: {exc}") from exc
+    proc = git.completed(["git", "-C", str(repo), "-c", "diff.suppressBlankEmpty=false", *args], f"git {args[0]}",
+                         workspace.GIT_TIMEOUT_S)
     if proc.returncode != 0:
         raise workspace.WorkspaceError(f"git {args[0]}: exit {proc.returncode}: "
                                        f"{proc.stderr.decode(errors='replace').strip()[-500:]}")

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from synedre.spawn.launcher import RunAs
 
@@ -32,20 +33,24 @@ def run(cwd: Path, *args: str, ok: tuple[int, ...] = (0,), timeout: float = GIT_
          as_user: RunAs | None = None) -> subprocess.CompletedProcess[str]:
     """The one way the fleet runs git; exit codes outside `ok` raise `WorkspaceError`.
     `as_user`: run it as that user (inside a repository the agent owns)."""
-    cmd = ["git", "-C", str(cwd), *args]
     who = ({"user": as_user.uid, "group": as_user.gid, "extra_groups": [],
             "env": {**os.environ, **AS_AGENT_ENV}} if as_user else {})
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, **who)  # type: ignore[call-overload]
-    except subprocess.TimeoutExpired as exc:
-        raise WorkspaceError(f"git {' '.join(args)}: timed out after {timeout:g} s") from exc
-    except OSError as exc:
-        raise WorkspaceError(f"git {' '.join(args)}: {exc}") from exc
+    proc = completed(["git", "-C", str(cwd), *args], f"git {' '.join(args)}", timeout, text=True, **who)
     if proc.returncode not in ok:
         detail = (proc.stderr.strip() or proc.stdout.strip())[-2000:]  # merge reports conflicts on stdout
         raise WorkspaceError(f"git {' '.join(args)}: exit {proc.returncode}: {detail}")
     return proc
+
+
+def completed(cmd: list[str], what: str, timeout: float, **popen: Any) -> subprocess.CompletedProcess[Any]:
+    """`cmd` run to its end, its output captured; a timeout or a git that cannot start raises
+    `WorkspaceError` naming `what`. The exit code is the caller's to judge."""
+    try:
+        return subprocess.run(cmd, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL, **popen)
+    except subprocess.TimeoutExpired as exc:
+        raise WorkspaceError(f"{what}: timed out after {timeout:g} s") from exc
+    except OSError as exc:
+        raise WorkspaceError(f"{what}: {exc}") from exc
 
 
 def output(cwd: Path, *args: str, as_user: RunAs | None = None) -> str:

@@ -62,13 +62,7 @@ def locate(spec: str | None, s: Settings, use: str = MIRRORS) -> Repository | No
 
 
 def _git(cwd: Path, *args: str, timeout: float = git.GIT_TIMEOUT_S) -> str:
-    try:
-        proc = subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, env=_remote_env())
-    except subprocess.TimeoutExpired as exc:
-        raise workspace.WorkspaceError(f"git {args[0]}: timed out after {timeout:g} s") from exc
-    except OSError as exc:
-        raise workspace.WorkspaceError(f"git {args[0]}: {exc}") from exc
+    proc = git.completed(["git", "-C", str(cwd), *args], f"git {args[0]}", timeout, text=True, env=_remote_env())
     if proc.returncode != 0:
         raise workspace.WorkspaceError(f"git {args[0]}: exit {proc.returncode}: "
                                        f"{(proc.stderr.strip() or proc.stdout.strip())[-2000:]}")

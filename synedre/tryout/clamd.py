@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from synedre.tryout import _process
+
 SYSTEM_DATABASE = Path("/var/lib/clamav")
 # The EICAR test file, built from its hex form so that this file is not itself flagged.
 EICAR_HEX = ("58354f2150254041505b345c505a58353428505e2937434329377d2445494341522d5354414e"
@@ -46,13 +48,7 @@ class Clamd:
     process: subprocess.Popen
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        _process.stop(self.process, 10)
 
 
 def _pong(port: int) -> bool:

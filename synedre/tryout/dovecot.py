@@ -14,6 +14,8 @@ from pathlib import Path
 from imapclient import IMAPClient
 from imapclient.exceptions import IMAPClientError
 
+from synedre.tryout import _process
+
 CONFIG = """\
 protocols = imap
 listen = 127.0.0.1
@@ -75,13 +77,7 @@ class Dovecot:
         return client
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, 9)  # its imap, auth and log children share its session
-                self.process.wait()
+        _process.stop(self.process, 5)
 
 
 def _users() -> tuple[str, str, pwd.struct_passwd]:

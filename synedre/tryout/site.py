@@ -30,6 +30,22 @@ TARGET = "dupont"
 BRANCH = "preprod"
 URL_VARIABLE = "TRY_PREPROD_URL"  # the tenant's deploy_env: where ./deploy uploads
 
+# A deploy script's second half, once it filled $release: the release's sitemap (its URLs on
+# @HOST@, the production host) and its upload to the pre-production host (@UPLOAD@/<target>).
+# The tests' client site (tests/services/site.py) deploys with it too.
+PUBLISH = r"""{
+  echo '<?xml version="1.0" encoding="UTF-8"?>'
+  echo '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+  while IFS= read -r page; do
+    page=${page#./}; page=${page%.html}; [ "$page" = index ] && page=
+    echo "  <url><loc>@HOST@/$page</loc></url>"
+  done < <(cd "$release" && find . -name '*.html' | sort)
+  echo '</urlset>'
+} > "$release/sitemap.xml"
+tar -C "$release" -cf - . | curl -sS --fail-with-body -m 60 --data-binary @- "@UPLOAD@/$target"
+echo
+rm -rf "$release"
+"""
 DEPLOY = r"""#!/usr/bin/env bash
 # Publishes this checkout's site/ to pre-production: ./deploy TARGET --preprod
 # (TRY_PREPROD_URL, given by the fleet, is the pre-production host)
@@ -40,19 +56,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 echo "deploying $target from $(git -C "$here" rev-parse --short HEAD)"
 release=$(mktemp -d)
 cp -R "$here/site/." "$release/"
-{
-  echo '<?xml version="1.0" encoding="UTF-8"?>'
-  echo '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
-  while IFS= read -r page; do
-    page=${page#./}; page=${page%.html}; [ "$page" = index ] && page=
-    echo "  <url><loc>https://www.boulangerie-dupont.example/$page</loc></url>"
-  done < <(cd "$release" && find . -name '*.html' | sort)
-  echo '</urlset>'
-} > "$release/sitemap.xml"
-tar -C "$release" -cf - . | curl -sS --fail-with-body -m 60 --data-binary @- "$TRY_PREPROD_URL/_deploy/$target"
-echo
-rm -rf "$release"
-"""
+""" + PUBLISH.replace("@HOST@", "https://www.boulangerie-dupont.example").replace(
+    "@UPLOAD@", "$TRY_PREPROD_URL/_deploy")
 STYLE = "body { font-family: sans-serif; margin: 40px; } h1 { color: #6b3e12; } footer { color: #777; }\n"
 
 

@@ -11,14 +11,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
-import psycopg
 import pytest
-from psycopg.types.json import Jsonb
 
-from synedre.config import Settings
-from synedre.stages.poll import ingest_one
 from tests.approvals.test_steering_e2e import (  # noqa: F401 - the fixtures
     WRITE_CONTRACT,
     deliver,
@@ -26,6 +21,7 @@ from tests.approvals.test_steering_e2e import (  # noqa: F401 - the fixtures
     events,
     msgid,
     q,
+    recapped,
     reply,
     reply_row,
     request_mail,
@@ -46,12 +42,7 @@ PHONE = "printf 'tel\\n' > phone.txt && git add phone.txt && git commit -qm 'fol
 def client_repository(s) -> str:
     """Garage Martin gets a repository of its own, through the directory file, as an operator
     sets it; the fleet's default repository stays the fixture's."""
-    repo = s["tmp"] / "garage-repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "preprod")
-    (repo / "index.html").write_text("garage\n")
-    git(repo, "add", "index.html")
-    git(repo, "-c", "user.name=T", "-c", "user.email=t@x", "commit", "-qm", "garage site")
+    repo = stack.site_repo(s["tmp"] / "garage-repo", "index.html", "garage\n", "garage site")
     directory = json.loads((CORPUS / "directory.json").read_text())
     for c in directory["clients"]:
         if c["codename"] == CLIENT:
@@ -64,38 +55,14 @@ def client_repository(s) -> str:
     return str(repo)
 
 
-def recapped(s, repo: str):
-    """Garage Martin's request, done on its branch of its repository and recapped to the founder."""
-    from synedre import db
-    from synedre.mail import outbound
-    raw = (CORPUS / "cases" / "P02-client-direct-question.eml").read_bytes().replace(
-        b"Message-ID: <", b"Message-ID: <follow-up.", 1)
-    mid = ingest_one(raw, "atlas", 1, int(time.time() * 1000) % 10**9, Settings(state_dir=s["tmp"]), lambda _: None)
-    branch = f"synedre/msg-{mid}-a1"
-    git(repo, "branch", branch, "preprod")
-    contract = {"ok": True, "tenant": None, "routes_to_qa": [], "commits": ["abc1234"],
-                "summary_md": "Le formulaire de contact est réparé.", "draft_reply_for_user": None}
-    with psycopg.connect(s["url"], autocommit=True) as conn:
-        run = conn.execute("INSERT INTO synedre.runs (ref_type, ref_id, title, complexity) VALUES"
-                           " ('atlas_inbox', %s, 't', 'leger') RETURNING id", (str(mid),)).fetchone()[0]
-        conn.execute("UPDATE synedre.email_states SET status = 'actioned', intent = 'run', complexity = 'leger',"
-                     " confidence = 0.9, run_id = %s, client_source = 'envelope',"
-                     " client_id = (SELECT id FROM synedre.clients WHERE codename = %s) WHERE message_id = %s",
-                     (run, CLIENT, mid))
-        conn.execute("INSERT INTO synedre.launches (message_id, attempt, status, contract, branch)"
-                     " VALUES (%s, 1, 'succeeded', %s, %s)", (mid, Jsonb(contract), branch))
-    before = len(s["smtp"].messages())
-    outbound.send_to_founder(db.transaction, "atlas", mid, "recap", subject="Recap",
-                             text=f"Ce que l'agent a fait :\n{contract['summary_md']}")
-    return mid, s["smtp"].wait_for(before + 1)[-1].message
-
-
 @pytest.mark.policy("[first_launch]\nenabled = true\n\n[wide_tools]\nenabled = true\n")
 @pytest.mark.agent(ScriptedModel([[bash(PHONE)], [bash(WRITE_CONTRACT)], [text("Done.")]]))
 def test_a_follow_up_in_a_recap_s_thread_names_its_client_and_runs_in_its_repository(steer):  # noqa: F811
     s, url = steer, steer["url"]
     repo = client_repository(s)
-    done, recap = recapped(s, repo)
+    # Garage Martin's request, done on its branch of its repository and recapped to the founder
+    done, recap = recapped(s, "follow-up", "Le formulaire de contact est réparé.", repo, client=CLIENT,
+                           client_source="envelope")
     more = reply(s, recap, "Pouvez-vous aussi ajouter un champ téléphone ? SYN-CASE-P21")
     deliver(s, more)
     new_id = stack.wait_for(lambda: q(url, "SELECT s.message_id FROM synedre.email_states s JOIN"

@@ -5,14 +5,10 @@ recap queue, and `synedre lessons` / `inspect` / `lessons retire` as an operator
 from __future__ import annotations
 
 import json
-import time
 from email.message import EmailMessage
 
-import psycopg
 import pytest
 
-from synedre.config import Settings
-from synedre.stages.poll import ingest_one
 from tests.approvals.test_steering_e2e import (  # noqa: F401  dkim_key and steer are fixtures used here
     cli,
     deliver,
@@ -23,7 +19,6 @@ from tests.approvals.test_steering_e2e import (  # noqa: F401  dkim_key and stee
     status,
     steer,
 )
-from tests.conftest import CORPUS
 from tests.services import stack
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.integration]
@@ -34,16 +29,7 @@ NOTE = "le bouton payer manque sur la page tarifs"
 
 def launch_for(s, client: str, tag: str) -> int:
     """A run + plan message of `client` at `materialized`, handed to spawn."""
-    raw = (CORPUS / "cases" / "P02-client-direct-question.eml").read_bytes()
-    raw = raw.replace(b"Message-ID: <", f"Message-ID: <lesson-{tag}.".encode(), 1)
-    mid = ingest_one(raw, "atlas", 1, int(time.time() * 1000) % 10**9, Settings(state_dir=s["tmp"]), lambda _: None)
-    with psycopg.connect(s["url"], autocommit=True) as conn:
-        run = conn.execute("INSERT INTO synedre.runs (ref_type, ref_id, title, complexity) VALUES"
-                           " ('atlas_inbox', %s, 't', 'plan') RETURNING id", (str(mid),)).fetchone()[0]
-        conn.execute("UPDATE synedre.email_states SET status = 'materialized', intent = 'run', complexity = 'plan',"
-                     " confidence = 0.9, rationale = 'r', run_id = %s,"
-                     " client_id = (SELECT id FROM synedre.clients WHERE codename = %s) WHERE message_id = %s",
-                     (run, client, mid))
+    mid = stack.message_at(s["url"], s["tmp"], f"lesson-{tag}", "materialized", client=client, rationale="r")
     from tasks.app import app
     app.send_task("synedre.spawn", args=[mid])
     return mid

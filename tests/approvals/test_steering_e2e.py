@@ -20,8 +20,6 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from synedre.config import Settings
-from synedre.stages.poll import ingest_one
 from tests.conftest import CORPUS
 from tests.services import stack
 from tests.services.claude_api import ScriptedModel, bash, start_claude_api, text
@@ -64,20 +62,11 @@ def steer(request, services, clamd, case_llm, dkim_key, tmp_path, monkeypatch):
     agent = request.node.get_closest_marker("agent")
     policy = tmp_path / "policy.toml"
     policy.write_text(marker.args[0] if marker else RUN_PLAN_ONLY)
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "preprod")
-    (repo / "README").write_text("site\n")
-    git(repo, "add", "README")
-    git(repo, "-c", "user.name=T", "-c", "user.email=t@x", "commit", "-qm", "init")
+    repo = stack.site_repo(tmp_path / "repo")
     smtp = start_smtp()
     dv = services["dovecot"]
-    box = tmp_path / "mailboxes.toml"
-    box.write_text(f'[mailboxes.atlas]\nimap_host = "{dv.host}"\nimap_port = {dv.port}\nimap_tls = false\n'
-                   f'smtp_host = "{smtp.host}"\nsmtp_port = {smtp.port}\nsmtp_tls = false\n'
-                   f'username = "{dv.username}"\npassword_env = "TEST_ATLAS_PASSWORD"\nfolder = "INBOX"\n')
     api = start_claude_api(agent.args[0] if agent else ScriptedModel([[bash(WRITE_CONTRACT)], [text("Done.")]]))
-    env = {**services["env"], "SYNEDRE_MAILBOXES_FILE": str(box), "SYNEDRE_DKIM_KEYS_FILE": str(dkim_key[1]),
+    env = {**services["env"], **stack.mailbox_env(dv, tmp_path, smtp=smtp), "SYNEDRE_DKIM_KEYS_FILE": str(dkim_key[1]),
            "SYNEDRE_CLAMD": str(clamd.socket_path), "SYNEDRE_MISTRAL_API_KEY": "test-key-not-secret",
            "SYNEDRE_MISTRAL_SERVER_URL": case_llm.url, "SYNEDRE_APPROVAL_POLICY_FILE": str(policy),
            "SYNEDRE_CLAUDE_BIN": shutil.which("claude"), "SYNEDRE_ANTHROPIC_BASE_URL": api.url,
@@ -121,14 +110,7 @@ def deliver(s, *raws: bytes) -> None:
 
 def launchable(s, tag: str) -> int:
     """A run + plan message at `materialized` (classified earlier), handed to spawn."""
-    raw = (CORPUS / "cases" / "P02-client-direct-question.eml").read_bytes()
-    raw = raw.replace(b"Message-ID: <", f"Message-ID: <steer-{tag}.".encode(), 1)
-    mid = ingest_one(raw, "atlas", 1, int(time.time() * 1000) % 10**9, Settings(state_dir=s["tmp"]), lambda _: None)
-    with psycopg.connect(s["url"], autocommit=True) as conn:
-        run = conn.execute("INSERT INTO synedre.runs (ref_type, ref_id, title, complexity) VALUES"
-                           " ('atlas_inbox', %s, 't', 'plan') RETURNING id", (str(mid),)).fetchone()[0]
-        conn.execute("UPDATE synedre.email_states SET status = 'materialized', intent = 'run', complexity = 'plan',"
-                     " confidence = 0.9, rationale = 'r', run_id = %s WHERE message_id = %s", (run, mid))
+    mid = stack.message_at(s["url"], s["tmp"], f"steer-{tag}", "materialized", rationale="r")
     from tasks.app import app
     app.send_task("synedre.spawn", args=[mid])
     return mid
@@ -333,22 +315,17 @@ def test_operator_approve_and_refuse_on_a_live_fleet_are_audited_with_the_os_use
     assert cli(s, "approve", "999999").returncode == 1
 
 
-def _recapped(s, tag: str, summary: str) -> tuple[int, EmailMessage]:
-    """A message whose work was done and recapped to the founder (its launch on its branch)."""
+def recapped(s, tag: str, summary: str, repo=None, **state) -> tuple[int, EmailMessage]:
+    """A message whose work was done (its launch on its branch of `repo`, the fixture's by
+    default) and recapped to the founder; `state`: more of its email_states (stack.message_at)."""
     from synedre import db
     from synedre.mail import outbound
-    raw = (CORPUS / "cases" / "P02-client-direct-question.eml").read_bytes()
-    raw = raw.replace(b"Message-ID: <", f"Message-ID: <recap-{tag}.".encode(), 1)
-    mid = ingest_one(raw, "atlas", 1, int(time.time() * 1000) % 10**9, Settings(state_dir=s["tmp"]), lambda _: None)
+    mid = stack.message_at(s["url"], s["tmp"], f"recap-{tag}", "actioned", "leger", **state)
     branch = f"synedre/msg-{mid}-a1"
-    git(s["repo"], "branch", branch, "preprod")
+    git(repo or s["repo"], "branch", branch, "preprod")
     contract = {"ok": True, "tenant": None, "routes_to_qa": [], "commits": ["abc1234"], "summary_md": summary,
                 "draft_reply_for_user": None}
     with psycopg.connect(s["url"], autocommit=True) as conn:
-        run = conn.execute("INSERT INTO synedre.runs (ref_type, ref_id, title, complexity) VALUES"
-                           " ('atlas_inbox', %s, 't', 'leger') RETURNING id", (str(mid),)).fetchone()[0]
-        conn.execute("UPDATE synedre.email_states SET status = 'actioned', intent = 'run', complexity = 'leger',"
-                     " confidence = 0.9, run_id = %s WHERE message_id = %s", (run, mid))
         conn.execute("INSERT INTO synedre.audit_log (message_id, event, detail) VALUES (%s, 'classified', '{}')",
                      (mid,))
         conn.execute("INSERT INTO synedre.launches (message_id, attempt, status, contract, branch)"
@@ -363,8 +340,8 @@ def _recapped(s, tag: str, summary: str) -> tuple[int, EmailMessage]:
 def test_recap_verdicts_count_in_calibration_and_a_new_instruction_continues_the_branch(steer):
     from synedre.report.calibration import collect
     s, url = steer, steer["url"]
-    good, good_recap = _recapped(s, "good", "Le formulaire de contact est réparé.")
-    bad, bad_recap = _recapped(s, "bad", "La page tarifs est refaite.")
+    good, good_recap = recapped(s, "good", "Le formulaire de contact est réparé.")
+    bad, bad_recap = recapped(s, "bad", "La page tarifs est refaite.")
     ok, non = reply(s, good_recap, "OK merci"), reply(s, bad_recap, "NON : le bouton payer manque")
     deliver(s, ok, non)
     reply_row(s, ok), reply_row(s, non)

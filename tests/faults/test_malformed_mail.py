@@ -28,7 +28,7 @@ from synedre.pipeline import TERMINAL, Status
 from tests.conftest import CORPUS
 from tests.ingest.test_malformed import KINDS, PROCESSED
 from tests.services import stack
-from tests.services.scripted_classifier import CASE_REF
+from tests.services.scripted_classifier import CASE_REF, chat_prompt
 from tests.services.stack import q
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -56,9 +56,8 @@ class AnyPrompt:
         self._lock = threading.Lock()
 
     def __call__(self, body: dict, path: str):
-        if not path.endswith("/chat/completions"):
+        if (text := chat_prompt(body, path)) is None:
             return None
-        text = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
         with self._lock:
             self.prompts.append(text)
         case = CASE_REF.search(text)

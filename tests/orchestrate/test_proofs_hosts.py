@@ -39,15 +39,11 @@ def hosts(services, tmp_path):
     """acme's pre-production site, SMTP to aiosmtpd, the environment every host shares (the
     database, Redis, the mailbox) and one state directory per host."""
     site, smtp = start_site(tmp_path / "site"), start_smtp()
-    dv = services["dovecot"]
-    box = tmp_path / "mailboxes.toml"
-    box.write_text(f'[mailboxes.atlas]\nimap_host = "{dv.host}"\nimap_port = {dv.port}\nimap_tls = false\n'
-                   f'smtp_host = "{smtp.host}"\nsmtp_port = {smtp.port}\nsmtp_tls = false\n'
-                   f'username = "{dv.username}"\npassword_env = "TEST_ATLAS_PASSWORD"\nfolder = "INBOX"\n')
     # every page passes its mock-up (the threshold is all of it): the comparison runs and
     # draws its diff, and one launch is enough
-    env = {**services["env"], "SYNEDRE_MAILBOXES_FILE": str(box), "SYNEDRE_WORKSPACE_REPO": str(site.repo),
-           "SYNEDRE_WORKSPACE_BASE_BRANCH": "main", "SYNEDRE_CLAUDE_BIN": shutil.which("claude"),
+    env = {**services["env"], **stack.mailbox_env(services["dovecot"], tmp_path, smtp=smtp),
+           "SYNEDRE_WORKSPACE_REPO": str(site.repo), "SYNEDRE_WORKSPACE_BASE_BRANCH": "main",
+           "SYNEDRE_CLAUDE_BIN": shutil.which("claude"),
            "SYNEDRE_ANTHROPIC_API_KEY": SECRETS[1], "SYNEDRE_IDLE_TIMEOUT_S": "60",
            "SYNEDRE_LAUNCH_BUDGET_S": "120", "SYNEDRE_QA_TIMEOUT_S": "20", "SYNEDRE_ISO_THRESHOLD": "1.0"}
     state = {h: tmp_path / f"{h}-host" for h in ("spawn", "qa", "recap", "cli")}

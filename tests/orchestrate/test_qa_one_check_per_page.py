@@ -25,7 +25,7 @@ from tests.orchestrate.test_recap_content import (
     run_qa,
     the_mail,
 )
-from tests.services.site import start_site
+from tests.services.site import send_page, start_site
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -89,13 +89,7 @@ class _Redirecting(BaseHTTPRequestHandler):
                  "/contact": ("text/html", "<!doctype html><html><head><meta charset='utf-8'>"
                                            "<title>Contact</title><link rel='icon' href='data:,'></head>"
                                            "<body><h1>Contact</h1></body></html>")}
-        ctype, body = pages.get(self.path, ("text/plain", ""))
-        data = body.encode()
-        self.send_response(200 if self.path in pages else 404)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_page(self, pages)
 
     def log_message(self, *args):
         pass

@@ -33,7 +33,7 @@ from synedre.config import Settings, get_settings
 from synedre.pipeline import Status
 from tests.mail.fixtures import FOUNDER, insert_founder, use_atlas_mailbox
 from tests.services import stack
-from tests.services.site import page, start_site
+from tests.services.site import page, send_page, start_site
 from tests.services.smtp import start_smtp
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -286,13 +286,7 @@ class _Preprod(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        ctype, body = pages.get(self.path, ("text/plain", ""))
-        data = body.encode()
-        self.send_response(200 if self.path in pages else 404)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_page(self, pages)
 
     def log_message(self, *args):
         pass

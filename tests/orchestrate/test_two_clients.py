@@ -191,6 +191,19 @@ def test_two_clients_each_deploy_and_qa_their_own_site_from_their_own_repository
     assert len(two["smtp"].wait_for(2, timeout=30)) == 2
 
 
+def spawned(db, tmp_path, tag: str, client: str, tenant: str) -> int:
+    """A run + plan message of `client` whose launch succeeded with a contract naming `tenant`."""
+    mid, = make_launchable(db, tmp_path, complexity="plan", tag=tag)
+    contract = {"ok": True, "tenant": tenant, "routes_to_qa": ["/"], "commits": ["abc1234"],
+                "summary_md": "done", "draft_reply_for_user": None}
+    with psycopg.connect(db, autocommit=True) as c:
+        c.execute("UPDATE synedre.email_states SET status = 'spawned', client_id = (SELECT id FROM synedre.clients"
+                  " WHERE codename = %s) WHERE message_id = %s", (client, mid))
+        c.execute("INSERT INTO synedre.launches (message_id, attempt, iteration, status, contract)"
+                  " VALUES (%s, 1, 1, 'succeeded', %s)", (mid, json.dumps(contract)))
+    return mid
+
+
 def test_a_contract_naming_another_clients_tenant_never_deploys_that_clients_repository(db, tmp_path):
     """The launch worked in its client's repository: a contract naming another client's tenant,
     whose repository is another, is refused before any `./deploy` runs."""
@@ -216,14 +229,7 @@ def test_a_contract_naming_another_clients_tenant_never_deploys_that_clients_rep
         import_directory(conn, parse_file(json.dumps(directory).encode()))
     launched = {}
     for tenant in CLIENTS:
-        mid, = make_launchable(db, tmp_path, complexity="plan", tag=f"foreign-{tenant}")
-        contract = {"ok": True, "tenant": tenant, "routes_to_qa": ["/"], "commits": ["abc1234"],
-                    "summary_md": "done", "draft_reply_for_user": None}
-        with psycopg.connect(db, autocommit=True) as c:
-            c.execute("UPDATE synedre.email_states SET status = 'spawned', client_id = (SELECT id FROM synedre.clients"
-                      " WHERE codename = 'alpha-co') WHERE message_id = %s", (mid,))
-            c.execute("INSERT INTO synedre.launches (message_id, attempt, iteration, status, contract)"
-                      " VALUES (%s, 1, 1, 'succeeded', %s)", (mid, json.dumps(contract)))
+        mid = spawned(db, tmp_path, f"foreign-{tenant}", "alpha-co", tenant)
         launched[tenant] = deploy.run(mid, Settings(state_dir=tmp_path / "state", workspace_base_branch="main"))
     assert launched["beta-co"].status == Status.ORCHESTRATION_FAILED
     assert launched["alpha-co"].status == Status.DEPLOYED
@@ -247,14 +253,7 @@ def test_a_remote_the_deploy_host_cannot_fetch_is_a_failed_deploy_that_says_why(
                                  "preprod_url": "http://beta.test", "repo": gone})
     with database.transaction() as conn:
         import_directory(conn, parse_file(json.dumps(directory).encode()))
-    mid, = make_launchable(db, tmp_path, complexity="plan", tag="gone")
-    contract = {"ok": True, "tenant": "beta-co", "routes_to_qa": ["/"], "commits": ["abc1234"],
-                "summary_md": "done", "draft_reply_for_user": None}
-    with psycopg.connect(db, autocommit=True) as c:
-        c.execute("UPDATE synedre.email_states SET status = 'spawned', client_id = (SELECT id FROM synedre.clients"
-                  " WHERE codename = 'beta-co') WHERE message_id = %s", (mid,))
-        c.execute("INSERT INTO synedre.launches (message_id, attempt, iteration, status, contract)"
-                  " VALUES (%s, 1, 1, 'succeeded', %s)", (mid, json.dumps(contract)))
+    mid = spawned(db, tmp_path, "gone", "beta-co", "beta-co")
     assert deploy.run(mid, Settings(state_dir=tmp_path / "state", workspace_base_branch="main")).status \
         == Status.QA_FAILED  # a failed deploy: the iteration sees why
     (ok, log), = q(db, "SELECT deploy_ok, deploy_log FROM synedre.qa_runs WHERE message_id = %s", mid)

@@ -8,14 +8,7 @@ import sys
 import pytest
 
 from tests.services import stack
-from tests.spawn.test_launch_e2e import (  # noqa: F401  launch_env and repo are fixtures used here
-    agent_script,
-    finished,
-    launch_env,
-    make_launchable,
-    q,
-    repo,
-)
+from tests.spawn.test_launch_e2e import agent_script, finished, launch_env, make_launchable, q, repo  # noqa: F401
 
 pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(shutil.which("claude") is None, reason="the claude CLI is not installed")]

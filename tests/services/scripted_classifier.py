@@ -12,6 +12,13 @@ from tests.services.llm_server import HTTPError
 CASE_REF = re.compile(r"SYN-CASE-(P\d+)")
 
 
+def chat_prompt(body: dict, path: str) -> str | None:
+    """A chat completion request's messages as one text; None for any other request."""
+    if not path.endswith("/chat/completions"):
+        return None
+    return "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+
+
 class CaseScript:
     def __init__(self, cases_file: Path):
         self.cases = {c["id"]: c for c in json.loads(Path(cases_file).read_text())}
@@ -20,9 +27,8 @@ class CaseScript:
         self._lock = threading.Lock()
 
     def __call__(self, body: dict, path: str):
-        if not path.endswith("/chat/completions"):
+        if (text := chat_prompt(body, path)) is None:
             return None
-        text = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
         found = CASE_REF.search(text)
         if not found or found.group(1) not in self.cases:
             self.unexpected.append(text[:200])

@@ -23,7 +23,7 @@ import io
 import os
 import subprocess
 from dataclasses import dataclass
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from PIL import Image, ImageDraw
@@ -43,19 +43,7 @@ sha=$(git -C "$here" rev-parse --short main)
 echo "deploying $target from main@$sha"
 release=$(mktemp -d)
 git -C "$here" archive main site | tar -x -C "$release" --strip-components=1
-{
-  echo '<?xml version="1.0" encoding="UTF-8"?>'
-  echo '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
-  while IFS= read -r page; do
-    page=${page#./}; page=${page%.html}; [ "$page" = index ] && page=
-    echo "  <url><loc>@HOST@/$page</loc></url>"
-  done < <(cd "$release" && find . -name '*.html' | sort)
-  echo '</urlset>'
-} > "$release/sitemap.xml"
-tar -C "$release" -cf - . | curl -sS --fail-with-body -m 60 --data-binary @- "@UPLOAD@/$target"
-echo
-rm -rf "$release"
-"""
+""" + tryout_site.PUBLISH
 
 STYLE = ("body { font-family: sans-serif; margin: 40px; } h1 { color: #135; }\n"
          ".hero { background: #eef; padding: 20px; }\n")
@@ -83,6 +71,17 @@ PAGES = {
     "site/about.html": page("À propos", "<p>Acme fabrique des enclumes depuis 1949.</p>"),
     "site/style.css": STYLE,
 }
+
+
+def send_page(handler: BaseHTTPRequestHandler, pages: dict[str, tuple[str, str]]) -> None:
+    """Answer `handler`'s GET from `pages` (path: content type and body), 404 for another path."""
+    ctype, body = pages.get(handler.path, ("text/plain", ""))
+    data = body.encode()
+    handler.send_response(200 if handler.path in pages else 404)
+    handler.send_header("Content-Type", ctype)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
 
 
 def serve_directory(directory: Path, publish_root: Path | None = None, host: str = "127.0.0.1"

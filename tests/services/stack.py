@@ -10,6 +10,7 @@ import uuid
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tests.services.dovecot import Dovecot
 
@@ -68,13 +69,54 @@ def wait_for(predicate: Callable[[], object], timeout: float, what: str, interva
         time.sleep(interval)
 
 
-def mailbox_env(dovecot: Dovecot, directory: Path, mailbox: str = "atlas") -> dict[str, str]:
+def mailbox_env(dovecot: Dovecot, directory: Path, mailbox: str = "atlas", smtp: Any = None) -> dict[str, str]:
+    """The registry file of one mailbox on `dovecot` (IMAP) and `smtp` (an SMTP sink; none: a
+    port 25 nothing sends to), written in `directory`, and the environment that names it."""
+    host, port = (smtp.host, smtp.port) if smtp is not None else (dovecot.host, 25)
     path = directory / "mailboxes.toml"
     path.write_text(
         f'[mailboxes.{mailbox}]\nimap_host = "{dovecot.host}"\nimap_port = {dovecot.port}\n'
-        f'imap_tls = false\nsmtp_host = "{dovecot.host}"\nsmtp_port = 25\nsmtp_tls = false\n'
+        f'imap_tls = false\nsmtp_host = "{host}"\nsmtp_port = {port}\nsmtp_tls = false\n'
         f'username = "{dovecot.username}"\npassword_env = "TEST_ATLAS_PASSWORD"\nfolder = "INBOX"\n')
     return {"SYNEDRE_MAILBOXES_FILE": str(path), "TEST_ATLAS_PASSWORD": dovecot.password}
+
+
+def site_repo(path: Path, file: str = "README", text: str = "site\n", message: str = "init") -> Path:
+    """A repository at `path` whose `preprod` branch holds one commit of one file."""
+    path.mkdir()
+    git(path, "init", "-q", "-b", "preprod")
+    (path / file).write_text(text)
+    git(path, "add", file)
+    git(path, "commit", "-qm", message)
+    return path
+
+
+def message_at(url: str, state_dir: Path, tag: str, status: str, complexity: str = "plan", *, intent: str = "run",
+               client: str | None = None, uid: int | None = None, **columns: object) -> int:
+    """The corpus's P02 ingested under a Message-ID of its own (`tag`), given a run and moved to
+    `status` as the stages before would leave it; `client` by codename, `columns` more of its
+    email_states columns."""
+    import psycopg
+    from psycopg import sql
+
+    from synedre.config import Settings
+    from synedre.stages.poll import ingest_one
+
+    raw = (CORPUS / "cases" / "P02-client-direct-question.eml").read_bytes()
+    raw = raw.replace(b"Message-ID: <", f"Message-ID: <{tag}.".encode(), 1)
+    uid = int(time.time() * 1000) % 10**9 if uid is None else uid
+    mid = ingest_one(raw, "atlas", 1, uid, Settings(state_dir=state_dir), lambda _: None)
+    with psycopg.connect(url, autocommit=True) as conn:
+        run = conn.execute("INSERT INTO synedre.runs (ref_type, ref_id, title, complexity)"
+                           " VALUES ('atlas_inbox', %s, 't', %s) RETURNING id", (str(mid), complexity)).fetchone()[0]
+        values = {"status": status, "intent": intent, "complexity": complexity, "confidence": 0.9, **columns,
+                  "run_id": run}
+        sets = [sql.SQL("{} = %s").format(sql.Identifier(k)) for k in values]
+        if client is not None:
+            sets.append(sql.SQL("client_id = (SELECT id FROM synedre.clients WHERE codename = %s)"))
+        update = sql.SQL("UPDATE synedre.email_states SET {} WHERE message_id = %s").format(sql.SQL(", ").join(sets))
+        conn.execute(update, (*values.values(), *([client] if client is not None else []), mid))
+    return mid
 
 
 class Proc:
@@ -126,6 +168,20 @@ def celery_worker(env: dict[str, str], log_dir: Path, queues: str = "poll", conc
             "-n", f"test-{uuid.uuid4().hex[:8]}@%h", "--without-gossip", "--without-mingle"]
     worker = Proc("worker", argv, env, log_dir)
     worker.wait_output(" ready.", timeout=60)
+    return worker
+
+
+def spawn_one(env: dict[str, str], log_dir: Path, mid: int, done: Callable[[], object], timeout: float, what: str,
+              concurrency: int = 2) -> Proc:
+    """A spawn worker launches message `mid` and is stopped once `done()` (or on a failure);
+    the worker, its output still readable."""
+    worker = celery_worker(env, log_dir, queues="spawn", concurrency=concurrency)
+    try:
+        from tasks.app import app
+        app.send_task("synedre.spawn", args=[mid])
+        wait_for(done, timeout, what, interval=0.5)
+    finally:
+        worker.stop()
     return worker
 
 

@@ -19,26 +19,13 @@ from synedre.redact import Redactor
 from synedre.spawn import launcher, prompt
 from synedre.stages.spawn.verdict import LaunchVerdict as Result, succeeded
 from tests.services import stack
-from tests.services.claude_api import ClaudeAPI, ScriptedModel, bash, start_claude_api, text, write
+from tests.services.claude_api import ClaudeAPI, ScriptedModel, bash, text, write
 from tests.spawn.conftest import git
 from tests.spawn.test_claude_cli_offline import CLAUDE, cli_env
 
 needs_claude = pytest.mark.skipif(
     CLAUDE is None, reason="the `claude` CLI is not installed (run scripts/install-claude-cli)")
 PLACEHOLDER = "DeferredToolPlaceholder"  # the CLI always sends it; it is not a tool
-
-
-@pytest.fixture
-def api_factory():
-    started: list[ClaudeAPI] = []
-
-    def make(model: ScriptedModel) -> ClaudeAPI:
-        started.append(start_claude_api(model))
-        return started[-1]
-
-    yield make
-    for api in started:
-        api.stop()
 
 
 def launch(repo: Path, api: ClaudeAPI, *, kind: str = "lean", keep: tuple[str, ...] | None = None,

@@ -34,6 +34,16 @@ CONTRACT = {"ok": True, "tenant": None, "commits": [], "summary_md": "x"}
 COMMIT = "git add -A && git -c user.email=a@b -c user.name=a commit -m 'agent commit'"
 
 
+def commit_contract(path: Path) -> ScriptedModel:
+    """A model that looks at the tree, writes CONTRACT to `path`, commits and says so."""
+    return ScriptedModel([
+        [text("Checking the tree."), bash("git status")],
+        [write(str(path), json.dumps(CONTRACT))],
+        [bash(COMMIT)],
+        [text("Committed the contract.")],
+    ])
+
+
 def spec_args(add_dir: str, prompt: str, system: str, *, model: str = "sonnet",
               resume: str | None = None, strict_mcp: bool = True, max_turns: int | None = 40,
               allowed_tools: str | None = None, max_budget_usd: float | None = None) -> list[str]:
@@ -157,30 +167,11 @@ def home(tmp_path) -> Path:
     return path
 
 
-@pytest.fixture
-def api_factory():
-    started: list[ClaudeAPI] = []
-
-    def make(model: ScriptedModel) -> ClaudeAPI:
-        api = start_claude_api(model)
-        started.append(api)
-        return api
-
-    yield make
-    for api in started:
-        api.stop()
-
-
 @needs_claude
 @pytest.mark.timeout(120)
 def test_scripted_run_commits_contract_in_real_repo(repo, home, api_factory):
     contract_path = repo / "contract.json"
-    api = api_factory(ScriptedModel([
-        [text("Checking the tree."), bash("git status")],
-        [write(str(contract_path), json.dumps(CONTRACT))],
-        [bash(COMMIT)],
-        [text("Committed the contract.")],
-    ]))
+    api = api_factory(commit_contract(contract_path))
 
     run = run_claude(spec_args(str(repo), PROMPT, SYSTEM), api, repo, home)
 

@@ -11,14 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from synedre.agent_tools import DEFAULT_TOOLS
-from synedre.config import Settings
 from synedre.spawn import prompt
-from synedre.stages.poll import ingest_one
-from tests.conftest import CORPUS
 from tests.services import stack
 from tests.services.claude_api import ScriptedModel, bash, start_claude_api
 from tests.services.stack import q
@@ -56,33 +52,27 @@ def repo(tmp_path):
 
 
 def make_launchable(url, tmp_path, n=1, intent="run", complexity="leger", tag="") -> list[int]:
-    raw = (CORPUS / "cases" / "P02-client-direct-question.eml").read_bytes()
-    ids = []
-    with psycopg.connect(url, autocommit=True) as conn:
-        for i in range(n):
-            one = raw.replace(b"Message-ID: <", f"Message-ID: <l{tag}{intent}{complexity}{i}.".encode(), 1)
-            uid = int(time.time() * 1000) % 10**9 + i
-            mid = ingest_one(one, "atlas", 1, uid, Settings(state_dir=tmp_path), lambda _: None)
-            run = conn.execute("INSERT INTO synedre.runs (ref_type, ref_id, title, complexity)"
-                               " VALUES ('atlas_inbox', %s, 't', %s) RETURNING id",
-                               (str(mid), complexity)).fetchone()[0]
-            conn.execute("UPDATE synedre.email_states SET status = 'materialized', intent = %s, complexity = %s,"
-                         " confidence = 0.9, rationale = 'r', run_id = %s WHERE message_id = %s",
-                         (intent, complexity, run, mid))
-            ids.append(mid)
-    return ids
+    uid = int(time.time() * 1000) % 10**9
+    return [stack.message_at(url, tmp_path, f"l{tag}{intent}{complexity}{i}", "materialized", complexity,
+                             intent=intent, uid=uid + i, rationale="r") for i in range(n)]
 
 
 @pytest.fixture
-def launch_env(services, repo, tmp_path):
-    def make(model):
+def launch_env(services, repo):
+    """`make(model, **extra)`: a scripted API (stopped at teardown) and the environment of a
+    spawn worker launching against it, `extra` added."""
+    started = []
+
+    def make(model, **extra):
         api = start_claude_api(model)
-        env = {**services["env"], "SYNEDRE_CLAUDE_BIN": shutil.which("claude"),
-               "SYNEDRE_ANTHROPIC_BASE_URL": api.url, "SYNEDRE_ANTHROPIC_API_KEY": SECRETS[1],
-               "SYNEDRE_WORKSPACE_REPO": str(repo),
-               "SYNEDRE_IDLE_TIMEOUT_S": "60", "SYNEDRE_LAUNCH_BUDGET_S": "120"}
-        return api, env
-    return make
+        started.append(api)
+        return api, {**services["env"], "SYNEDRE_CLAUDE_BIN": shutil.which("claude"),
+                     "SYNEDRE_ANTHROPIC_BASE_URL": api.url, "SYNEDRE_ANTHROPIC_API_KEY": SECRETS[1],
+                     "SYNEDRE_WORKSPACE_REPO": str(repo), "SYNEDRE_IDLE_TIMEOUT_S": "60",
+                     "SYNEDRE_LAUNCH_BUDGET_S": "120", **extra}
+    yield make
+    for api in started:
+        api.stop()
 
 
 def finished(url, n):
@@ -278,15 +268,8 @@ def test_idle_and_hard_timeouts_stop_the_agent_with_124_or_125_and_salvage(servi
     api, env = launch_env(ScriptedModel([commit, [bash(f"printf '%s' '{CONTRACT[:40]}'"
                                                        " > \"$SYNEDRE_CONTRACT_PATH\"")], Sleep(30)]))
     # without the automatic resume (tests/spawn/test_resume.py): the stop and its salvage alone
-    worker = stack.celery_worker({**env, "SYNEDRE_IDLE_TIMEOUT_S": "3", "SYNEDRE_AUTO_RESUME": "false"},
-                                 services["logs"], queues="spawn")
-    try:
-        from tasks.app import app
-        app.send_task("synedre.spawn", args=[idle_mid])
-        stack.wait_for(lambda: finished(url, 1), 90, "the idle launch to stop", interval=0.5)
-    finally:
-        worker.stop()
-        api.stop()
+    stack.spawn_one({**env, "SYNEDRE_IDLE_TIMEOUT_S": "3", "SYNEDRE_AUTO_RESUME": "false"}, services["logs"],
+                    idle_mid, lambda: finished(url, 1), 90, "the idle launch to stop")
     (exit_code, stop, salvage, status), = q(url, "SELECT exit_code, stop_reason, salvage, status FROM synedre.launches")
     assert (exit_code, stop, status) == (125, "idle", "failed")
     assert any("early commit" in c for c in salvage["commits"]) and salvage["resumable"] is True
@@ -296,13 +279,8 @@ def test_idle_and_hard_timeouts_stop_the_agent_with_124_or_125_and_salvage(servi
     hard_mid, = make_launchable(url, tmp_path, intent="question")
     busy = [step for i in range(30) for step in ([bash(f"echo turn {i}")], Sleep(0.5))]  # never idle
     api, env = launch_env(ScriptedModel(busy))
-    worker = stack.celery_worker({**env, "SYNEDRE_HARD_TIMEOUT_S": "4"}, services["logs"], queues="spawn")
-    try:
-        app.send_task("synedre.spawn", args=[hard_mid])
-        stack.wait_for(lambda: finished(url, 2), 90, "the hard-limited launch to stop", interval=0.5)
-    finally:
-        worker.stop()
-        api.stop()
+    stack.spawn_one({**env, "SYNEDRE_HARD_TIMEOUT_S": "4"}, services["logs"], hard_mid, lambda: finished(url, 2), 90,
+                    "the hard-limited launch to stop")
     assert q(url, "SELECT exit_code, stop_reason FROM synedre.launches WHERE message_id = %s", hard_mid) == \
         [(124, "hard")]
     assert agents_running(str(tmp_path)) == 0

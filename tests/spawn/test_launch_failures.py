@@ -19,7 +19,6 @@ from tests.services import stack
 from tests.services.claude_api import ApiError, PerLaunch, ScriptedModel, start_claude_api
 from tests.services.smtp import start_smtp
 from tests.services.stack import q
-from tests.spawn.conftest import git
 from tests.spawn.test_launch_e2e import SECRETS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
@@ -52,21 +51,12 @@ def launchable(url, tmp_path, tag: str) -> int:
 
 def test_each_refusal_of_the_api_is_named_in_launches_inspect_and_the_alert(services, tmp_path):
     url = services["db"]
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "preprod")
-    (repo / "README").write_text("site\n")
-    git(repo, "add", "README")
-    git(repo, "-c", "user.name=T", "-c", "user.email=t@x", "commit", "-qm", "init")
+    repo = stack.site_repo(tmp_path / "repo")
     smtp = start_smtp()
-    dv = services["dovecot"]
-    box = tmp_path / "mailboxes.toml"
-    box.write_text(f'[mailboxes.atlas]\nimap_host = "{dv.host}"\nimap_port = {dv.port}\nimap_tls = false\n'
-                   f'smtp_host = "{smtp.host}"\nsmtp_port = {smtp.port}\nsmtp_tls = false\n'
-                   f'username = "{dv.username}"\npassword_env = "TEST_ATLAS_PASSWORD"\nfolder = "INBOX"\n')
     api = start_claude_api(PerLaunch(lambda first: next(
         ScriptedModel([refusal]) for tag, (refusal, _) in REFUSALS.items() if tag in first)))
-    env = {**services["env"], "SYNEDRE_MAILBOXES_FILE": str(box), "SYNEDRE_CLAUDE_BIN": shutil.which("claude"),
+    env = {**services["env"], **stack.mailbox_env(services["dovecot"], tmp_path, smtp=smtp),
+           "SYNEDRE_CLAUDE_BIN": shutil.which("claude"),
            "SYNEDRE_ANTHROPIC_BASE_URL": api.url, "SYNEDRE_ANTHROPIC_API_KEY": SECRETS[1],
            "SYNEDRE_WORKSPACE_REPO": str(repo), "SYNEDRE_AGENT_API_RETRIES": "0",
            "SYNEDRE_IDLE_TIMEOUT_S": "60", "SYNEDRE_LAUNCH_BUDGET_S": "120"}

@@ -11,13 +11,7 @@ import pytest
 from tests.orchestrate.test_close_the_loop import loop, q  # noqa: F401  loop is a fixture used here
 from tests.services import stack
 from tests.services.claude_api import ScriptedModel, bash, text
-from tests.spawn.test_launch_e2e import (  # noqa: F401  launch_env and repo are fixtures used here
-    agent_script,
-    finished,
-    launch_env,
-    make_launchable,
-    repo,
-)
+from tests.spawn.test_launch_e2e import agent_script, finished, launch_env, make_launchable, repo  # noqa: F401
 from tests.spawn.test_redact import SHAPES
 
 pytestmark = [pytest.mark.timeout(240),
@@ -45,14 +39,8 @@ def test_every_planted_secret_kind_stays_out_of_the_database_the_ndjson_and_the_
         [bash(f"echo {blob} | base64 -d")],  # the tool result carries every secret in clear
         [text(f"Found them. The password is {prose}, I will not use it.")],  # and the model repeats one
     ]))
-    worker = stack.celery_worker(env, services["logs"], queues="spawn", concurrency=1)
-    try:
-        from tasks.app import app
-        app.send_task("synedre.spawn", args=[mid])
-        stack.wait_for(lambda: finished(url, 1), 180, "the launch to finish", interval=0.5)
-    finally:
-        worker.stop()
-        api.stop()
+    worker = stack.spawn_one(env, services["logs"], mid, lambda: finished(url, 1), 180, "the launch to finish",
+                             concurrency=1)
     sent_back = json.dumps([r.body for r in api.main_requests()])
     dump = dump_schema(url)
     ndjson = "".join(p.read_text() for p in (tmp_path / "state").rglob("events.ndjson"))

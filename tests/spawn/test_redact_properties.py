@@ -12,6 +12,7 @@ from synedre.redact import Redactor
 from synedre.redact.exact import MIN_SECRET_LEN
 from synedre.redact.rules import KINDS
 from synedre.spawn.stream import LineReader
+from tests.spawn.test_redact import strings_in
 
 MARKERS = [f"[REDACTED:{k}]" for k in KINDS] + ["[REDACTED]"]
 # Brackets excluded: a marker's own brackets could complete such a secret (see redact.py).
@@ -36,18 +37,6 @@ def json_trees(texts: st.SearchStrategy[str]) -> st.SearchStrategy:
     scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | texts
     return st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
                         max_leaves=12)
-
-
-def strings_in(obj):
-    if isinstance(obj, str):
-        yield obj
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield k
-            yield from strings_in(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from strings_in(v)
 
 
 def assert_hidden(secret: str, line: str) -> None:

@@ -23,7 +23,7 @@ from synedre.spawn import session
 from tests.services import stack
 from tests.services.claude_api import ScriptedModel, Sleep, bash
 from tests.spawn.conftest import git
-from tests.spawn.test_launch_e2e import CONTRACT, finished, make_launchable, q, repo  # noqa: F401
+from tests.spawn.test_launch_e2e import CONTRACT, finished, launch_env, make_launchable, q, repo  # noqa: F401
 
 pytestmark = [pytest.mark.timeout(120),
               pytest.mark.skipif(shutil.which("claude") is None, reason="the claude CLI is not installed "
@@ -33,25 +33,6 @@ EARLY = "f=early-$(basename $PWD).txt && pwd > $f && git add $f && git commit -q
 # contract and last commit in one step: a resumed conversation may come back one step later
 FINISH = (f"printf '%s' '{CONTRACT}' > \"$SYNEDRE_CONTRACT_PATH\" && f=fix-$(basename $PWD).txt && pwd > $f"
           " && git add $f && (git commit -qm 'agent commit' || true)")
-
-
-@pytest.fixture
-def launch_env(services, repo):  # noqa: F811
-    from tests.services.claude_api import start_claude_api
-    from tests.spawn.test_launch_e2e import SECRETS
-
-    started = []
-
-    def make(model, **extra):
-        api = start_claude_api(model)
-        started.append(api)
-        return api, {**services["env"], "SYNEDRE_CLAUDE_BIN": shutil.which("claude"),
-                     "SYNEDRE_ANTHROPIC_BASE_URL": api.url, "SYNEDRE_ANTHROPIC_API_KEY": SECRETS[1],
-                     "SYNEDRE_WORKSPACE_REPO": str(repo), "SYNEDRE_IDLE_TIMEOUT_S": "60",
-                     "SYNEDRE_LAUNCH_BUDGET_S": "120", **extra}
-    yield make
-    for api in started:
-        api.stop()
 
 
 def one_stream(url, state: Path, launch_id: int) -> list[dict]:
@@ -104,13 +85,7 @@ def test_a_silent_agent_is_stopped_resumed_once_in_its_session_and_finishes(serv
     mid, = make_launchable(url, tmp_path)
     api, env = launch_env(ScriptedModel([[bash(EARLY)], Sleep(30, once=True), [bash(FINISH)], [bash(FINISH)]]),
                           SYNEDRE_IDLE_TIMEOUT_S="3")
-    worker = stack.celery_worker(env, services["logs"], queues="spawn")
-    try:
-        from tasks.app import app
-        app.send_task("synedre.spawn", args=[mid])
-        stack.wait_for(lambda: finished(url, 1), 90, "the launch to end", interval=0.5)
-    finally:
-        worker.stop()
+    worker = stack.spawn_one(env, services["logs"], mid, lambda: finished(url, 1), 90, "the launch to end")
     # stopped by the idle timeout, then resumed in the same process of the launch
     assert "stop_reason=idle" in worker.output() and "exit_code=125" in worker.output()
     (launch_id, status, stop, code, session_id, attempt), = q(
@@ -160,12 +135,8 @@ def test_launch_resume_continues_a_hard_timed_out_launch_in_its_session(services
     busy = [step for i in range(8) for step in ([bash(f"echo turn {i}")], Sleep(0.5))]  # never idle
     api, env = launch_env(ScriptedModel([[bash(EARLY)], *busy, [bash(FINISH)], [bash(FINISH)]]))
     from tasks.app import app
-    worker = stack.celery_worker({**env, "SYNEDRE_HARD_TIMEOUT_S": "3"}, services["logs"], queues="spawn")
-    try:
-        app.send_task("synedre.spawn", args=[mid])
-        stack.wait_for(lambda: finished(url, 1), 60, "the hard-limited launch to stop", interval=0.5)
-    finally:
-        worker.stop()
+    stack.spawn_one({**env, "SYNEDRE_HARD_TIMEOUT_S": "3"}, services["logs"], mid, lambda: finished(url, 1), 60,
+                    "the hard-limited launch to stop")
     (launch_id, code, stop, salvage, session_id), = q(
         url, "SELECT id, exit_code, stop_reason, salvage, session_id FROM synedre.launches")
     assert (code, stop, salvage["resumable"]) == (124, "hard", True)  # never resumed on its own
@@ -214,14 +185,8 @@ def second_token(state: Path) -> str:
 def test_another_launchs_agent_cannot_read_a_session_store(services, launch_env, repo, tmp_path):  # noqa: F811
     url, state = services["db"], tmp_path / "state"
     first, second = make_launchable(url, tmp_path, n=2)
-    from tasks.app import app
     api, env = launch_env(ScriptedModel([[bash(FINISH)]]))
-    worker = stack.celery_worker(env, services["logs"], queues="spawn")
-    try:
-        app.send_task("synedre.spawn", args=[first])
-        stack.wait_for(lambda: finished(url, 1), 60, "the first launch", interval=0.5)
-    finally:
-        worker.stop()
+    stack.spawn_one(env, services["logs"], first, lambda: finished(url, 1), 60, "the first launch")
     (launch_id, session_id), = q(url, "SELECT id, session_id FROM synedre.launches")
     store = assert_private_store(state, launch_id, session_id)
     transcript, = store.glob(f"projects/*/{session_id}.jsonl")
@@ -231,12 +196,7 @@ def test_another_launchs_agent_cannot_read_a_session_store(services, launch_env,
     glob = {"type": "tool_use", "name": "Grep", "input": {"pattern": token, "path": str(store)}}
     api, env = launch_env(ScriptedModel([[bash(f"cat {transcript}; ls -R {store}; echo RC=$?")], [read], [glob],
                                          [bash(FINISH)]]))
-    worker = stack.celery_worker(env, services["logs"], queues="spawn")
-    try:
-        app.send_task("synedre.spawn", args=[second])
-        stack.wait_for(lambda: finished(url, 2), 60, "the second launch", interval=0.5)
-    finally:
-        worker.stop()
+    stack.spawn_one(env, services["logs"], second, lambda: finished(url, 2), 60, "the second launch")
     # the first session's request (its fence token) reached nothing the second agent sent on
     sent = json.dumps([r.body for r in api.main_requests()])
     assert set(re.findall(r"<<<COVER ([0-9a-f]{32})>>>", sent)) == {second_token(state)} != {token}
@@ -249,7 +209,7 @@ def test_another_launchs_agent_cannot_read_a_session_store(services, launch_env,
     assert transcript.is_file()
 
 
-def test_an_idle_stop_is_not_resumed_once_the_message_reached_its_spending_cap(services, launch_env, tmp_path):
+def test_an_idle_stop_is_not_resumed_once_the_message_reached_its_spending_cap(services, launch_env, tmp_path):  # noqa: F811
     url = services["db"]
     mid, = make_launchable(url, tmp_path)
     api, env = launch_env(ScriptedModel([[bash(EARLY)], Sleep(30, once=True), [bash(FINISH)]]),

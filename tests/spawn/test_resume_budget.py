@@ -53,13 +53,7 @@ def test_an_idle_stopped_launch_that_spent_3_of_5_usd_is_resumed_with_at_most_2(
     api, env = launch_env(ScriptedModel([DOLLAR, [bash(EARLY)], DOLLAR, [bash("echo two")], DOLLAR,
                                          [bash("echo three")], Sleep(30, once=True), [bash(FINISH)], [bash(FINISH)]]),
                           SYNEDRE_IDLE_TIMEOUT_S="8", SYNEDRE_MAX_BUDGET_USD="5")
-    worker = stack.celery_worker(env, services["logs"], queues="spawn")
-    try:
-        from tasks.app import app
-        app.send_task("synedre.spawn", args=[mid])
-        stack.wait_for(lambda: finished(url, 1), 90, "the launch to end", interval=0.5)
-    finally:
-        worker.stop()
+    worker = stack.spawn_one(env, services["logs"], mid, lambda: finished(url, 1), 90, "the launch to end")
     assert "stop_reason=idle" in worker.output()
     resumed, = [d for e, d in audits(url, mid) if e == "spawn_resumed"]
     assert 3.0 <= resumed["spent_usd"] < 3.01  # the stopped run's spend, from its session (no result event)
@@ -108,13 +102,7 @@ def test_a_launch_with_nothing_left_of_its_budget_is_not_resumed_and_says_why(se
     mid, = make_launchable(url, tmp_path)
     api, env = launch_env(ScriptedModel([Bill(2_497_000), [bash(EARLY)], Sleep(30, once=True), [bash(FINISH)]]),
                           SYNEDRE_IDLE_TIMEOUT_S="8", SYNEDRE_MAX_BUDGET_USD="5")
-    worker = stack.celery_worker(env, services["logs"], queues="spawn")
-    try:
-        from tasks.app import app
-        app.send_task("synedre.spawn", args=[mid])
-        stack.wait_for(lambda: finished(url, 1), 60, "the launch to stop", interval=0.5)
-    finally:
-        worker.stop()
+    stack.spawn_one(env, services["logs"], mid, lambda: finished(url, 1), 60, "the launch to stop")
     (status, stop, salvage), = q(url, "SELECT status, stop_reason, salvage FROM synedre.launches")
     assert (status, stop, salvage["resumable"]) == ("failed", "idle", True)
     assert 4.99 < cost(url, mid) < 5.0  # spent, less than a cent left

@@ -27,9 +27,9 @@ from synedre.spawn.launcher import (
 )
 from synedre.spawn.reassembly import UnparsedEvent
 from synedre.spawn.stream import AssistantMessage, ResultMessage, SystemInit, UserMessage
-from tests.services.claude_api import ClaudeAPI, ScriptedModel, Sleep, bash, start_claude_api, text, write
+from tests.services.claude_api import ClaudeAPI, ScriptedModel, Sleep, bash, text, write
 from tests.spawn.conftest import git
-from tests.spawn.test_claude_cli_offline import CLAUDE, COMMIT, CONTRACT, cli_env
+from tests.spawn.test_claude_cli_offline import CLAUDE, COMMIT, CONTRACT, cli_env, commit_contract
 
 needs_claude = pytest.mark.skipif(
     CLAUDE is None, reason="the `claude` CLI is not installed (run scripts/install-claude-cli)")
@@ -40,19 +40,6 @@ PROMPT = "Handle the scripted task."
 # (The CLI refuses `sleep N` in a command, hence tail.) Its group is recorded to show it
 # is not the CLI's.
 BACKGROUND = "tail -f /dev/null >/dev/null 2>&1 & echo $! > bg.pid; ps -o pgid= -p $! > bg.pgid"
-
-
-@pytest.fixture
-def api_factory():
-    started: list[ClaudeAPI] = []
-
-    def make(model: ScriptedModel) -> ClaudeAPI:
-        started.append(start_claude_api(model))
-        return started[-1]
-
-    yield make
-    for api in started:
-        api.stop()
 
 
 class Collector:
@@ -123,12 +110,7 @@ def ndjson_lines(path: Path) -> list[dict]:
 @pytest.mark.timeout(120)
 def test_scripted_run_ends_on_result_and_persists_every_event_in_order(repo, api_factory):
     contract = repo / "contract.json"
-    api = api_factory(ScriptedModel([
-        [text("Checking the tree."), bash("git status")],
-        [write(str(contract), json.dumps(CONTRACT))],
-        [bash(COMMIT)],
-        [text("Committed the contract.")],
-    ]))
+    api = api_factory(commit_contract(contract))
     sessions: list[str] = []
 
     outcome, collector, ndjson = launch(repo, api, Limits(), sessions=sessions)

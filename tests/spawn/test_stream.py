@@ -61,30 +61,34 @@ TRANSCRIPT = [INIT, HOOK, DELTA, TOOL_USE, TOOL_RESULT, RESULT]
 
 
 @pytest.mark.timeout(60)
-def test_system_init_gives_what_a_resume_needs():
-    e = parse_event(INIT)
-    assert isinstance(e, SystemInit)
-    assert (e.session_id, e.model, e.cwd) == (SID, "claude-sonnet-5-5", "/srv/wt/msg-42")
-    assert e.tools == ["Task", "Bash", "Edit", "Read", "Write"]
-    assert (e.event_type, e.subtype, e.tool_name) == ("system", "init", None)
-    assert e.raw is INIT
+@pytest.mark.parametrize("raw, kind, labels", [
+    (INIT, SystemInit, ("system", "init", None)),
+    (HOOK, SystemEvent, ("system", "hook_response", None)),  # a hook event: a system event, its subtype kept
+    (TOOL_USE, AssistantMessage, ("assistant", None, "Bash")),  # a tool use names the tool
+    (TOOL_RESULT, UserMessage, ("user", None, None)),
+    (DELTA, StreamEvent, ("stream_event", "content_block_delta", None)),  # subtype: the inner event's type
+    (RESULT, ResultMessage, ("result", "success", None)),
+], ids=["init", "hook", "tool_use", "tool_result", "stream_event", "result"])
+def test_each_event_has_its_class_type_subtype_and_tool(raw, kind, labels):
+    e = parse_event(raw)
+    assert isinstance(e, kind)
+    assert (e.event_type, e.subtype, e.tool_name) == labels
 
 
 @pytest.mark.timeout(60)
-def test_hook_events_are_system_events_with_their_subtype():
-    e = parse_event(HOOK)
-    assert isinstance(e, SystemEvent)
-    assert (e.event_type, e.subtype, e.tool_name) == ("system", "hook_response", None)
+def test_system_init_gives_what_a_resume_needs():
+    e = parse_event(INIT)
+    assert (e.session_id, e.model, e.cwd) == (SID, "claude-sonnet-5-5", "/srv/wt/msg-42")
+    assert e.tools == ["Task", "Bash", "Edit", "Read", "Write"]
+    assert e.raw is INIT
 
 
 @pytest.mark.timeout(60)
 def test_assistant_tool_use_names_the_tool():
     e = parse_event(TOOL_USE)
-    assert isinstance(e, AssistantMessage)
     assert e.model == "claude-sonnet-5-5"
     assert e.content == [TextBlock("Let me look."), ToolUseBlock(
         "toolu_a6f3", "Bash", {"command": "git status", "description": "Show status"})]
-    assert (e.event_type, e.subtype, e.tool_name) == ("assistant", None, "Bash")
 
 
 @pytest.mark.timeout(60)
@@ -101,29 +105,18 @@ def test_assistant_text_only_has_no_tool_and_unknown_blocks_are_kept():
 @pytest.mark.timeout(60)
 def test_user_message_carries_tool_results():
     e = parse_event(TOOL_RESULT)
-    assert isinstance(e, UserMessage)
     assert e.tool_results == [ToolResultBlock("toolu_a6f3", "On branch master\n\nnothing to commit",
                                               False)]
-    assert (e.event_type, e.subtype, e.tool_name) == ("user", None, None)
     plain = parse_event({"type": "user", "message": {"role": "user", "content": "hello"}})
     assert plain.content == [TextBlock("hello")] and plain.tool_results == []
 
 
 @pytest.mark.timeout(60)
-def test_stream_event_subtype_is_the_inner_event_type():
-    e = parse_event(DELTA)
-    assert isinstance(e, StreamEvent)
-    assert (e.event_type, e.subtype, e.tool_name) == ("stream_event", "content_block_delta", None)
-
-
-@pytest.mark.timeout(60)
 def test_result_gives_outcome_cost_and_turns():
     e = parse_event(RESULT)
-    assert isinstance(e, ResultMessage)
     assert (e.subtype, e.is_error, e.num_turns, e.duration_ms) == ("success", False, 2, 178)
     assert e.total_cost_usd == 0.01153 and e.usage["output_tokens"] == 54
     assert e.session_id == SID and e.permission_denials == [] and e.result == "Done."
-    assert (e.event_type, e.subtype, e.tool_name) == ("result", "success", None)
 
 
 @pytest.mark.timeout(60)
