@@ -84,10 +84,12 @@ def _iso_lines(conn: Any, c: dict[str, Any], files: list[tuple[str, bytes]]) -> 
                     f" the pixels unlike the mock-up in red"]
 
 
-def brief(conn: Any, message_id: int) -> Brief:
-    """What the previous run did and how its checks failed, for the iteration prompt."""
+def brief(conn: Any, message_id: int, before: int | None = None) -> Brief:
+    """What the previous run did and how its checks failed, for the iteration prompt: the
+    message's last launch, or its last before the attempt `before` (the launch being claimed)."""
     launch = conn.execute("SELECT id, iteration, contract, salvage FROM synedre.launches WHERE message_id = %s"
-                          " ORDER BY attempt DESC LIMIT 1", (message_id,)).fetchone()
+                          " AND (%s::int IS NULL OR attempt < %s) ORDER BY attempt DESC LIMIT 1",
+                          (message_id, before, before)).fetchone()
     run = conn.execute("SELECT * FROM synedre.qa_runs WHERE launch_id = %s", (launch["id"],)).fetchone()
     out = [f"Iteration {launch['iteration']} failed its checks."]
     files: list[tuple[str, bytes]] = []

@@ -183,7 +183,7 @@ class Launch(_Runs):
                         approval_id=decisions.approved(conn, mid) if iteration == 1 else None)
         return _Loaded(state, ParsedMessage.read(conn, state),
                        routing.planned_route(conn, state["client_id"], state["chantier_id"]),
-                       iterations.brief(conn, mid) if iteration > 1 else None,
+                       iterations.brief(conn, mid, before=claim.launch.attempt) if iteration > 1 else None,
                        launch.follows(conn, state["follows_message_id"]) if iteration == 1 else None)
 
     def work(self, claim: runner.Claim, x: _Loaded) -> Ended:
