@@ -8,6 +8,7 @@ from synedre.ai.providers.base import Messages, Provider, client_cache
 from synedre.config import Settings
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
+API_VERSION = "2023-06-01"  # the header every Messages API call carries
 DEFAULT_MAX_TOKENS = 4096  # the Messages API requires a bound
 # Its only JSON mode is a full json_schema (output_config.format), and the facade has no schema:
 # ask for JSON in the system text, and unwrap the Markdown fence models sometimes still add.
@@ -31,16 +32,36 @@ def split_system(messages: Messages) -> tuple[str, Messages]:
     return "\n\n".join(system), rest
 
 
+class ProbeRefused(RuntimeError):
+    """The API answered the probe with an HTTP error (`status_code`, as the SDKs' errors carry it)."""
+
+    def __init__(self, status_code: int, reason: object) -> None:
+        super().__init__(f"HTTP {status_code}: {reason}")
+        self.status_code = status_code
+
+
 class AnthropicProvider(Provider):
     name = "anthropic"
     url_variable = "SYNEDRE_ANTHROPIC_BASE_URL"
-    sdk = "anthropic"
+    sdk = "urllib.request"  # the probe's client: the SDK's import alone takes seconds of CPU
     default_url = DEFAULT_BASE_URL
     url_form = "the server's root, without /v1 (the SDK and the agent's CLI add /v1/messages)"
 
     def probe(self, timeout: float, *, settings: Settings) -> int:
-        client = _client(self.api_key(settings), settings.anthropic_base_url or DEFAULT_BASE_URL)
-        return len(client.models.list(limit=1000, timeout=timeout).data)
+        """The models list over plain HTTP, as the SDK asks for it (its headers, its path): the
+        agent's CLI, not this SDK, is what talks to this API in a launch."""
+        import json
+        import urllib.error
+        import urllib.request
+
+        base = (settings.anthropic_base_url or DEFAULT_BASE_URL).rstrip("/")
+        ask = urllib.request.Request(f"{base}/v1/models?limit=1000", headers={
+            "x-api-key": self.api_key(settings), "anthropic-version": API_VERSION, "accept": "application/json"})
+        try:
+            with urllib.request.urlopen(ask, timeout=timeout) as answer:
+                return len(json.load(answer).get("data") or [])
+        except urllib.error.HTTPError as exc:
+            raise ProbeRefused(exc.code, exc.reason) from None
 
     def complete(self, model: str, messages: Messages, timeout: float, json_output: bool,
                  temperature: float, max_tokens: int | None, *,
