@@ -36,9 +36,10 @@ fleet: system venv
 
 # Two pytest-xdist workers (one per core), a test file each at a time: each worker has its
 # own PostgreSQL and Redis database (tests/services/stack.per_worker); TEST_WORKERS=0 runs serially.
+# The fifteen slowest tests are listed at the end: where the suite's ten minutes go.
 TEST_WORKERS ?= 2
 test: system venv
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 unit: venv
 	$(VENV)/bin/pytest -q -m unit
