@@ -12,12 +12,11 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from synedre.approvals import decisions
 from synedre.cli import common
 from synedre.config import Settings
 from synedre.stages.poll import ingest_one
 from tests.conftest import CORPUS
-from tests.services import stack
+from tests.services import approvals, stack
 
 pytestmark = pytest.mark.timeout(90)
 ME = pwd.getpwuid(os.getuid()).pw_name
@@ -39,7 +38,7 @@ def waiting_approval(url: str, tmp_path, n: int) -> int:
                              " FROM synedre.email_states s JOIN synedre.raw_messages r ON r.id = s.message_id"
                              " WHERE s.message_id = %s", (mid,)).fetchone()
         with conn.transaction():
-            done = decisions.gate(conn, state, "plan", "claude-sonnet",
+            done = approvals.gate(conn, state, "plan", "claude-sonnet",
                                   Settings(state_dir=tmp_path, approval_policy_file=policy))
     assert str(done.status) == "awaiting_approval"
     return mid

@@ -179,21 +179,6 @@ def ask_launch(conn: Conn, message_id: int, told: dict[str, Any]) -> runner.Done
     return runner.Done(Status.AWAITING_APPROVAL, "approval_requested", told)
 
 
-def gate(conn: Conn, state: dict[str, Any], kind: str, model: str, s: Settings) -> runner.Result | int | None:
-    """`asks`, in one call (an operator's tool): the approved request's id, None (no rule
-    asks), or the message moved to `awaiting_approval` with its request opened."""
-    mid = state["message_id"]
-    if (ok := approved(conn, mid)) is not None:
-        return ok
-    told = asks(conn, state, kind, model, s)
-    if told is None:
-        return None
-    done = ask_launch(conn, mid, told)
-    if not runner.move(conn, SPAWN, mid, done, at=Status.MATERIALIZED):
-        raise RuntimeError(f"message {mid}: not at {Status.MATERIALIZED}")
-    return done
-
-
 # -- a decision, once -----------------------------------------------------------------------
 
 def decide(conn: Conn, message_id: int, *, approve: bool, by: str, reply_message_id: str | None = None,
@@ -244,13 +229,6 @@ def expired(conn: Conn, message_id: int) -> runner.Done | None:
         return None
     return runner.Done(Status.REFUSED, "approval_expired", {"approval_id": row["id"], "rule": row["rule"],
                                                            "expired_at": row["expires_at"].isoformat()})
-
-
-def expire(conn: Conn, message_id: int) -> bool:
-    """`expired`, and its message moved to `refused`, in the caller's transaction (an
-    operator's tool); False if it was not due."""
-    done = expired(conn, message_id)
-    return done is not None and runner.move(conn, APPROVAL, message_id, done, at=Status.AWAITING_APPROVAL)
 
 
 def released_stage(conn: Conn, message_id: int) -> str:

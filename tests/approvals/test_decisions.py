@@ -18,6 +18,7 @@ from synedre.config import Settings
 from synedre.pipeline import ApprovalStatus, Status
 from synedre.stages.poll import ingest_one
 from tests.conftest import CORPUS
+from tests.services import approvals
 
 pytestmark = pytest.mark.timeout(60)
 RUN_PLAN = "[run_plan]\nenabled = true\n[spend_share]\nenabled = true\nshare = 0.5\n"
@@ -52,7 +53,7 @@ def settings(tmp_path, text=RUN_PLAN, **kw) -> Settings:
 
 def gate(conn, mid, s, kind="plan"):
     with conn.transaction():
-        return decisions.gate(conn, state_of(conn, mid), kind, "claude-sonnet", s)
+        return approvals.gate(conn, state_of(conn, mid), kind, "claude-sonnet", s)
 
 
 def events(conn, mid, event):
@@ -152,7 +153,7 @@ def test_a_request_expires_only_when_due_and_then_refuses_every_decision(conn, t
     mid = waiting_message(conn, tmp_path)
     gate(conn, mid, settings(tmp_path))
     with conn.transaction():
-        assert decisions.expire(conn, mid) is False  # not due
+        assert approvals.expire(conn, mid) is False  # not due
     assert status(conn, mid) == "awaiting_approval"
     conn.execute("UPDATE synedre.approvals SET expires_at = now() - interval '1 second' WHERE message_id = %s",
                  (mid,))
@@ -160,9 +161,9 @@ def test_a_request_expires_only_when_due_and_then_refuses_every_decision(conn, t
         assert decisions.decide(conn, mid, approve=True, by="x") == "request_expired"
     assert status(conn, mid) == "awaiting_approval"
     with conn.transaction():
-        assert decisions.expire(conn, mid) is True
+        assert approvals.expire(conn, mid) is True
     with conn.transaction():
-        assert decisions.expire(conn, mid) is False  # once
+        assert approvals.expire(conn, mid) is False  # once
     assert status(conn, mid) == "refused"
     row = conn.execute("SELECT status, decided_by, decided_at FROM synedre.approvals WHERE message_id = %s",
                        (mid,)).fetchone()

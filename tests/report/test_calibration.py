@@ -20,6 +20,7 @@ from synedre.report.calibration import (
     render,
 )
 from tests.mail.fixtures import FOUNDER, insert_founder, use_atlas_mailbox
+from tests.services import approvals
 
 NOW = datetime(2025, 6, 30, 12, 0, tzinfo=UTC)
 RECENT = timedelta(days=2)
@@ -364,8 +365,7 @@ def test_a_question_whose_only_launch_failed_is_not_a_success(inbox):
 # -- only launched work counts; refusals and expiries are the gate's failures, apart -----
 
 def _held(inbox: Inbox, conn, tmp_path, age: timedelta) -> int:
-    """A run + plan message the approval policy held (its request opened by `decisions.gate`)."""
-    from synedre.approvals import decisions
+    """A run + plan message the approval policy held (its request opened as the spawn stage opens it)."""
     from synedre.config import Settings
 
     mid = inbox.classified("run", 0.9, complexity="plan", work="open", age=age, launch=None)
@@ -375,7 +375,7 @@ def _held(inbox: Inbox, conn, tmp_path, age: timedelta) -> int:
     state = conn.execute("SELECT s.*, NULL::text AS client_codename FROM synedre.email_states s"
                          " WHERE s.message_id = %s", (mid,)).fetchone()
     with conn.transaction():
-        asked = decisions.gate(conn, state, "plan", "claude-sonnet", Settings(state_dir=tmp_path,
+        asked = approvals.gate(conn, state, "plan", "claude-sonnet", Settings(state_dir=tmp_path,
                                                                                approval_policy_file=policy))
     assert asked.status == "awaiting_approval", asked
     return mid
@@ -383,7 +383,7 @@ def _held(inbox: Inbox, conn, tmp_path, age: timedelta) -> int:
 
 def _acceptance_six(inbox: Inbox, db, tmp_path, age: timedelta = RECENT) -> None:
     """4 launched (3 OK, 1 NON on the recap), 3 refused, 2 expired, 1 waiting: through the
-    product's own decisions (`decisions.gate`, `decide`, `expire`, `record_verdict`)."""
+    product's own decisions (`asks`, `decide`, `expired`, `record_verdict`)."""
     from psycopg.rows import dict_row
 
     from synedre.approvals import decisions
@@ -402,7 +402,7 @@ def _acceptance_six(inbox: Inbox, db, tmp_path, age: timedelta = RECENT) -> None
             conn.execute("UPDATE synedre.approvals SET expires_at = now() - interval '1 second'"
                          " WHERE message_id = %s", (mid,))
             with conn.transaction():
-                assert decisions.expire(conn, mid)
+                assert approvals.expire(conn, mid)
         _held(inbox, conn, tmp_path, age)
         statuses = conn.execute("SELECT status, count(*) AS n FROM synedre.email_states GROUP BY status"
                                 " ORDER BY status").fetchall()
