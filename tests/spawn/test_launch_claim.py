@@ -97,3 +97,21 @@ def test_spending_caps_fail_closed(db, tmp_path):
             conn.execute("INSERT INTO synedre.launches (message_id, attempt, cost_usd) VALUES (%s, 1, 1.5)", (mid,))
         assert "message cost" in str(over_budget(conn, mid, caps))
         assert "fleet spend" in str(over_budget(conn, mid, Settings(max_message_cost_usd=100, daily_spend_cap_usd=1.0)))
+
+
+def test_a_launch_whose_lock_another_worker_holds_starts_nothing_and_audits_the_holder(db, redis_db, tmp_path):
+    from synedre.spawn.locks import MessageLock
+    from synedre.stages import spawn
+
+    mid = classified_message(db, tmp_path)
+    other = MessageLock(redis_db, str(mid))
+    assert other.acquire(60)  # a second worker's launch of the same message, between its lock and its claim
+    result = spawn.run(mid)
+    assert result == runner.Skip("another worker holds the launch lock")
+    with connect(db) as conn:
+        assert conn.execute("SELECT count(*) AS n FROM synedre.launches").fetchone()["n"] == 0
+        assert conn.execute("SELECT status FROM email_states WHERE message_id = %s", (mid,)).fetchone()["status"] \
+            == Status.MATERIALIZED
+        audit, = conn.execute("SELECT detail FROM audit_log WHERE message_id = %s"
+                              " AND event = 'spawn_skipped_lock_held'", (mid,)).fetchall()
+    assert audit["detail"]["holder"] == other.holder()

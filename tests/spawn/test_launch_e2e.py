@@ -179,9 +179,11 @@ def test_twenty_concurrent_attempts_start_exactly_one_agent(services, launch_env
     sessions = {r.headers.get("x-claude-code-session-id") for r in first_requests}
     assert len(q(url, "SELECT id FROM synedre.launches")) == 1
     assert len(first_requests) == 1, sessions  # one agent process ever talked to the model
-    skipped = q(url, "SELECT count(*) FROM synedre.audit_log WHERE event = 'spawn_skipped_lock_held'")[0][0]
     assert q(url, "SELECT count(*) FROM synedre.audit_log WHERE event = 'spawn_started'")[0][0] == 1
-    assert skipped >= 1
+    # every attempt ran to its end: the other 19 found the lock held or the message claimed
+    # (which of the two depends on timing; the lock itself is tested in tests/spawn/test_locks.py)
+    ran = sum(len(re.findall(r"Task synedre\.spawn\[[^]]+\] succeeded", w.output())) for w in workers)
+    assert ran == 20, ran
 
 
 def test_pause_stops_new_launches_and_survives_a_worker_restart(services, launch_env, tmp_path):
