@@ -178,14 +178,11 @@ def pipeline(services, clamd, case_llm, monkeypatch):
     logs = services["logs"]
     workers = []
     try:
-        workers.append(stack.celery_worker(env, logs, queues="poll"))
-        workers.append(stack.celery_worker(env, logs, queues="scan,ocr"))
-        workers.append(stack.celery_worker({**env, "SYNEDRE_DB_POOL_MAX": "10"}, logs,
-                                           queues="classify,materialize", pool="threads", concurrency=8))
+        workers += stack.celery_workers({**env, "SYNEDRE_DB_POOL_MAX": "10"}, logs, ("poll", 2), ("scan,ocr", 2),
+                                        ("classify,materialize", 8, "threads"))
         yield {**services, "env": env, "clamd": clamd, "llm": case_llm, "workers": workers}
     finally:
-        for w in workers:
-            w.stop()
+        stack.stop_all(workers)
 
 
 def oauth_registry(dovecot, smtp, oauth, secrets, *, refresh_env: str | None = None) -> str:

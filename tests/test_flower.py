@@ -152,9 +152,8 @@ def test_flower_shows_every_worker_group_behind_authentication_on_loopback_only(
     try:
         # One real worker per group of the pipeline table, on its queues. The solo pool keeps
         # the two shared cores free: what Flower shows is the workers, not their pools.
-        for group in WORKER_GROUPS:
-            workers[group] = stack.celery_worker(env, logs, queues=",".join(group_queues(group)),
-                                                 concurrency=1, pool="solo")
+        workers = dict(zip(WORKER_GROUPS, stack.celery_workers(
+            env, logs, *((",".join(group_queues(group)), 1, "solo") for group in WORKER_GROUPS)), strict=True))
         nodes = {group: _node(w) for group, w in workers.items()}
         flower = stack.Proc("flower", [sys.executable, "-m", "synedre.cli", "flower", "--port", str(port)],
                             env, logs)
@@ -233,5 +232,4 @@ def test_flower_shows_every_worker_group_behind_authentication_on_loopback_only(
     finally:
         if flower is not None:
             flower.stop()
-        for w in workers.values():
-            w.stop()
+        stack.stop_all(workers.values())

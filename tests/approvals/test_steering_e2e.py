@@ -80,14 +80,12 @@ def steer(request, services, clamd, case_llm, dkim_key, tmp_path, monkeypatch):
                    env=env, check=True, timeout=60, cwd=stack.ROOT, capture_output=True)
     logs, procs = services["logs"], []
     try:
-        for queues, conc, pool in (("poll", 2, "prefork"), ("scan,ocr", 2, "prefork"),
-                                   ("classify,materialize", 8, "threads"), ("spawn", 1, "prefork")):
-            procs.append(stack.celery_worker(env, logs, queues=queues, concurrency=conc, pool=pool))
+        procs += stack.celery_workers(env, logs, ("poll", 2), ("scan,ocr", 2), ("classify,materialize", 8, "threads"),
+                                      ("spawn", 1))
         yield {"url": services["db"], "dovecot": dv, "smtp": smtp, "api": api, "env": env, "key": dkim_key[0],
                "tmp": tmp_path, "repo": repo}
     finally:
-        for p in reversed(procs):
-            p.stop()
+        stack.stop_all(procs)
         api.stop()
         smtp.stop()
 

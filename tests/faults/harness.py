@@ -504,7 +504,7 @@ def open_stack(workdir: Path, dovecot: Any, clamd: str, launches: bool = False) 
         cleanup.callback(reap, tag)
         cleanup.callback(stop_database, st)
         cleanup.callback(lambda: st.fleet and st.fleet.stop())
-        cleanup.callback(lambda: [w.stop() for w in st.spawn_workers])
+        cleanup.callback(lambda: stack.stop_all(st.spawn_workers))
         cleanup.callback(st.observer.close)
         redis.start()
         yield st

@@ -123,7 +123,7 @@ def test_concurrent_polls_from_beat_idle_and_manual_calls_process_each_uid_once(
     env = {**services["env"], "SYNEDRE_POLL_INTERVAL_S": "6"}
     dovecot, url, logs = services["dovecot"], services["db"], services["logs"]
     messages = corpus()
-    procs = [stack.celery_worker(env, logs), stack.celery_worker(env, logs)]
+    procs = stack.celery_workers(env, logs, ("poll", 2), ("poll", 2))
     try:
         procs.append(stack.celery_beat(env, logs))
         procs.append(stack.idle_watcher(env, logs))
@@ -141,8 +141,7 @@ def test_concurrent_polls_from_beat_idle_and_manual_calls_process_each_uid_once(
         assert q(url, "SELECT count(*) FROM synedre.audit_log WHERE event = 'poll_duplicate'")[0][0] \
             == len(messages) - expected  # only the corpus's own duplicate Message-IDs
     finally:
-        for p in procs:
-            p.stop()
+        stack.stop_all(procs)
     assert all("Traceback" not in p.output() for p in procs)
 
 

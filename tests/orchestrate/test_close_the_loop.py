@@ -76,12 +76,10 @@ def loop(services, tmp_path, monkeypatch):
         api = start_claude_api(model)
         full = {**env, "SYNEDRE_ANTHROPIC_BASE_URL": api.url}
         procs.append(api)
-        for queues, conc in (("spawn", 1), ("deploy,recap", 2), ("qa", 2)):
-            procs.append(stack.celery_worker(full, services["logs"], queues=queues, concurrency=conc))
+        procs.extend(stack.celery_workers(full, services["logs"], ("spawn", 1), ("deploy,recap", 2), ("qa", 2)))
         return api
     yield {"url": url, "site": site, "smtp": smtp, "start": start, "env": env, "tmp": tmp_path}
-    for p in reversed(procs):
-        p.stop()
+    stack.stop_all(procs)
     smtp.stop()
     site.stop()
 

@@ -65,8 +65,7 @@ def hosts(services, tmp_path):
         return procs[-1]
     yield {"url": services["db"], "env": env, "cli": cli, "state": state, "smtp": smtp, "worker": worker,
            "procs": procs, "tmp": tmp_path}
-    for p in reversed(procs):
-        p.stop()
+    stack.stop_all(procs)
     smtp.stop()
     site.stop()
 

@@ -110,13 +110,14 @@ def two(services, tmp_path, monkeypatch):
         procs.append(api)
         full = {**env, "SYNEDRE_ANTHROPIC_BASE_URL": api.url}
         for queues, state in (("spawn", "spawn"), ("deploy", "deploy"), ("qa,recap", "spawn")):
-            procs.append(stack.celery_worker({**full, "SYNEDRE_STATE_DIR": str(states[state])}, services["logs"],
-                                             queues=queues, concurrency=2))
+            procs.append(stack.Proc("worker", stack.worker_argv(queues, 2),
+                                    {**full, "SYNEDRE_STATE_DIR": str(states[state])}, services["logs"]))
+        for p in procs[-3:]:
+            p.wait_output(" ready.", timeout=60)
         return api
     yield {"url": services["db"], "alpha": alpha, "beta": beta, "remote": remote, "mono": mono, "smtp": smtp,
            "start": start, "tmp": tmp_path, "states": states}
-    for p in reversed(procs):
-        p.stop()
+    stack.stop_all(procs)
     smtp.stop()
     alpha.stop()
     beta.stop()

@@ -42,13 +42,10 @@ def workers(services, case_llm, tmp_path, monkeypatch):
     cli(env, "directory", "import", str(CORPUS / "directory.json"))
     logs, procs = services["logs"], []
     try:
-        procs.append(stack.celery_worker(env, logs, queues="poll"))
-        procs.append(stack.celery_worker(env, logs, queues="scan,ocr"))
-        procs.append(stack.celery_worker(env, logs, queues="classify,materialize", pool="threads", concurrency=4))
+        procs += stack.celery_workers(env, logs, ("poll", 2), ("scan,ocr", 2), ("classify,materialize", 4, "threads"))
         yield {**services, "env": env, "clamd": clamd, "clamd_dir": clamd_dir, "keys": keys, "procs": procs}
     finally:
-        for p in procs:
-            p.stop()
+        stack.stop_all(procs)
         clamd.stop()
 
 

@@ -8,7 +8,7 @@ import sys
 import time
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,17 +19,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def per_worker(redis_url: str) -> str:
     """Under pytest-xdist each worker (gw0, gw1, …) gets a Redis database of its own: the one
-    given, then the next ones, so that two workers never share a queue, a lock or a flush."""
+    given, then the next ones, so that two workers never share a queue, a lock or a flush.
+    The suite's databases are 12-15 and the lock tests' 4-7: four workers at most."""
     from urllib.parse import urlsplit, urlunsplit
 
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if not worker.startswith("gw"):
         return redis_url
     u = urlsplit(redis_url)
-    return urlunsplit(u._replace(path=f"/{int(u.path.strip('/') or 0) + int(worker[2:])}"))
+    number = int(u.path.strip('/') or 0) + int(worker[2:])
+    if number > 15:
+        raise RuntimeError(f"{redis_url} for xdist worker {worker}: Redis database {number} does not exist "
+                           "(at most four test workers)")
+    return urlunsplit(u._replace(path=f"/{number}"))
 
 
-TEST_REDIS_URL = per_worker(os.environ.get("SYNEDRE_TEST_REDIS_URL", "redis://127.0.0.1:6379/13"))
+TEST_REDIS_URL = per_worker(os.environ.get("SYNEDRE_TEST_REDIS_URL", "redis://127.0.0.1:6379/12"))
 # The shared corpus beside the checkout when there is one; else the copy kept in tests/
 # (a CI clone may have no ../shared).
 CORPUS = next(p for p in (ROOT.parent / "shared" / "corpus", ROOT / "tests" / "corpus")
@@ -128,6 +133,7 @@ class Proc:
         self._out = open(self.log, "wb")
         self.proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=self._out,
                                      stderr=subprocess.STDOUT, start_new_session=True)
+        self._signalled = False
 
     @property
     def pid(self) -> int:
@@ -146,12 +152,18 @@ class Proc:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
-        if self.proc.poll() is None:
+    def send(self, sig: int = signal.SIGTERM) -> None:
+        """Sends `sig` to its process group once (a second SIGTERM is not the first's)."""
+        if self.proc.poll() is None and not self._signalled:
+            self._signalled = True
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
                 pass
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        self.send(sig)
+        if self.proc.poll() is None:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -161,14 +173,40 @@ class Proc:
         return self.proc.returncode
 
 
-def celery_worker(env: dict[str, str], log_dir: Path, queues: str = "poll", concurrency: int = 2,
-                  pool: str = "prefork", module: list[str] | None = None) -> Proc:
-    argv = [sys.executable, *(module or ["-m", "celery"]), "-A", "tasks", "worker",
+def worker_argv(queues: str, concurrency: int, pool: str = "prefork", module: list[str] | None = None) -> list[str]:
+    return [sys.executable, *(module or ["-m", "celery"]), "-A", "tasks", "worker",
             "--loglevel", "INFO", "-Q", queues, "-c", str(concurrency), "-P", pool,
             "-n", f"test-{uuid.uuid4().hex[:8]}@%h", "--without-gossip", "--without-mingle"]
-    worker = Proc("worker", argv, env, log_dir)
+
+
+def celery_worker(env: dict[str, str], log_dir: Path, queues: str = "poll", concurrency: int = 2,
+                  pool: str = "prefork", module: list[str] | None = None) -> Proc:
+    worker = Proc("worker", worker_argv(queues, concurrency, pool, module), env, log_dir)
     worker.wait_output(" ready.", timeout=60)
     return worker
+
+
+def celery_workers(env: dict[str, str], log_dir: Path, *groups: tuple[str, int] | tuple[str, int, str]) -> list[Proc]:
+    """One worker per (queues, concurrency[, pool]), booted side by side: ready once all are."""
+    workers = [Proc("worker", worker_argv(*group), env, log_dir) for group in groups]
+    try:
+        for w in workers:
+            w.wait_output(" ready.", timeout=60)
+    except BaseException:
+        stop_all(workers)
+        raise
+    return workers
+
+
+def stop_all(procs: Iterable[Any]) -> None:
+    """Stops them side by side: each process told at once, then each waited for (anything
+    else with a `stop`, a scripted server, stopped in turn)."""
+    procs = list(procs)
+    for p in procs:
+        if isinstance(p, Proc):
+            p.send()
+    for p in procs:
+        p.stop()
 
 
 def spawn_one(env: dict[str, str], log_dir: Path, mid: int, done: Callable[[], object], timeout: float, what: str,

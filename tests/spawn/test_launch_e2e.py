@@ -157,7 +157,7 @@ def test_twenty_concurrent_attempts_start_exactly_one_agent(services, launch_env
     url = services["db"]
     mid, = make_launchable(url, tmp_path)
     api, env = launch_env(agent_script())
-    workers = [stack.celery_worker(env, services["logs"], queues="spawn", concurrency=3) for _ in range(2)]
+    workers = stack.celery_workers(env, services["logs"], ("spawn", 3), ("spawn", 3))
     try:
         from tasks.app import app
         for _ in range(17):
@@ -171,8 +171,7 @@ def test_twenty_concurrent_attempts_start_exactly_one_agent(services, launch_env
         stack.wait_for(lambda: all(services["redis"].llen(qn) == 0 for qn in ("spawn",))
                        and services["redis"].hlen("unacked") == 0, 60, "all 20 attempts handled", interval=0.5)
     finally:
-        for w in workers:
-            w.stop()
+        stack.stop_all(workers)
         api.stop()
     first_requests = [r for r in api.main_requests() if not any(
         m.get("role") == "assistant" for m in r.body.get("messages", []))]
@@ -234,7 +233,7 @@ def test_ten_messages_on_two_workers_never_run_more_than_three_agents(services, 
     ids = make_launchable(url, tmp_path, n=10)
     api, env = launch_env(agent_script([Sleep(1.5)]))
     env = {**env, "SYNEDRE_SPAWN_SLOT_RETRY_S": "1"}
-    workers = [stack.celery_worker(env, services["logs"], queues="spawn", concurrency=3) for _ in range(2)]
+    workers = stack.celery_workers(env, services["logs"], ("spawn", 3), ("spawn", 3))
     peak, done = [0], threading.Event()
 
     def sample():
@@ -251,8 +250,7 @@ def test_ten_messages_on_two_workers_never_run_more_than_three_agents(services, 
     finally:
         done.set()
         sampler.join()
-        for w in workers:
-            w.stop()
+        stack.stop_all(workers)
         api.stop()
     # a second, independent measure: the launches' own start/end times (inside the slot)
     spans = q(url, "SELECT started_at, ended_at FROM synedre.launches")

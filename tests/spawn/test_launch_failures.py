@@ -63,16 +63,14 @@ def test_each_refusal_of_the_api_is_named_in_launches_inspect_and_the_alert(serv
     subprocess.run([sys.executable, "-m", "synedre.cli", "directory", "import", str(CORPUS / "directory.json")],
                    env=env, check=True, timeout=60, cwd=stack.ROOT, capture_output=True)
     ids = {tag: launchable(url, tmp_path, tag) for tag in REFUSALS}
-    workers = [stack.celery_worker(env, services["logs"], queues="spawn", concurrency=2),
-               stack.celery_worker(env, services["logs"], queues="deploy,recap", concurrency=2)]
+    workers = stack.celery_workers(env, services["logs"], ("spawn", 2), ("deploy,recap", 2))
     try:
         from tasks.app import app
         for mid in ids.values():
             app.send_task("synedre.spawn", args=[mid])
         alerts = smtp.wait_for(len(ids), timeout=240)
     finally:
-        for w in workers:
-            w.stop()
+        stack.stop_all(workers)
         api.stop()
         smtp.stop()
     assert {r.status for r in api.main_requests()} == {404, 401, 429, 529}  # each answered as scripted

@@ -1,4 +1,4 @@
-"""Launch guards against a real Redis (database 11, flushed around each test)."""
+"""Launch guards against a real Redis (database 4 and up, one per xdist worker, flushed around each test)."""
 from __future__ import annotations
 
 import fcntl
@@ -31,8 +31,8 @@ from synedre.spawn.locks import (
 )
 from tests.services import stack
 
-# Not the suite's shared test databases (13 and up, one per xdist worker): 10 and up, one per worker.
-REDIS_URL = stack.per_worker(os.environ.get("SYNEDRE_LOCKS_TEST_REDIS_URL", "redis://127.0.0.1:6379/10"))
+# Not the suite's shared test databases (12 and up, one per xdist worker): 4 and up, one per worker.
+REDIS_URL = stack.per_worker(os.environ.get("SYNEDRE_LOCKS_TEST_REDIS_URL", "redis://127.0.0.1:6379/4"))
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.integration]
 
