@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     # launch without its lock is still taken as running.
     spawn_lock_ttl_s: Seconds = 60.0
     sweep_every_s: Seconds = 15.0  # the sweep's period (beat): stuck messages are offered again
+    # A stage's claim is a lease renewed every quarter of this: one not renewed this long
+    # belongs to a dead worker, and the sweep offers its message again.
+    claim_lease_s: Annotated[float, Field(ge=4)] = 40.0
     # Resume: a launch stopped by the idle timeout is resumed once in its session (`--resume`)
     # while its budget remains; a session store kept for a resume goes after this many hours.
     auto_resume: bool = True

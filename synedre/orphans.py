@@ -4,8 +4,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
+from synedre.config import get_settings
 from synedre.pipeline import BY_NAME
-from synedre.runner import CLAIM_LEASE_S
 
 
 def _message_id(headers: dict[str, Any]) -> int | None:
@@ -34,5 +34,5 @@ def is_orphan(headers: dict[str, Any]) -> bool:
     with db.transaction() as conn:
         row = conn.execute("SELECT status = %s AND claimed_at > now() - make_interval(secs => %s) AS live"
                            " FROM synedre.email_states WHERE message_id = %s",
-                           (str(stage.running), CLAIM_LEASE_S, mid)).fetchone()
+                           (str(stage.running), get_settings().claim_lease_s, mid)).fetchone()
     return not (row and row["live"])

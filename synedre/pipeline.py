@@ -140,7 +140,7 @@ class Stage:
 # How long a message may wait at a stage's entry status before the sweep offers it again:
 # its task may have been lost (a worker killed between its commit and its enqueue, a broker
 # that lost its data). Offering again is idempotent (the claim), so erring short is cheap;
-# a claimed message is covered by its lease instead (synedre/runner/doors.py CLAIM_LEASE_S).
+# a claimed message is covered by its lease instead (the setting claim_lease_s).
 ENTRY_WAIT_S = 45
 # How long a request for the founder's OK stays open: the approval stage's stuck limit, so
 # the sweep offers the message again when it is due, and the stage ends it `refused`.

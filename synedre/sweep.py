@@ -4,7 +4,7 @@ again, from the pipeline table's per-stage limits (SPEC §12, §12b).
 - At an entry status longer than the stage's limit (its task was lost: a broker restart,
   an enqueue that never happened): re-enqueued. Re-offering is idempotent (the stage's
   claim), so a message that was in fact queued costs one no-op task.
-- Claimed (in-progress status) with a lease not renewed for `CLAIM_LEASE_S` (its worker
+- Claimed (in-progress status) with a lease not renewed for `claim_lease_s` (its worker
   died mid-work): the claim is released back to the entry status and re-enqueued; a later
   write of the dead execution is fenced out by the attempt number. A launch is never
   re-offered: a lost launch is failed (`fail_lost_launches`), resumable, never run twice.
@@ -20,7 +20,6 @@ from synedre.config import get_settings
 from synedre.db import messages
 from synedre.db.launches import LaunchClaim
 from synedre.pipeline import STAGES, LaunchStatus, QaCheckStatus, Stage, Status
-from synedre.runner import CLAIM_LEASE_S
 
 BATCH = 200
 EPOCH_KEY = "synedre:broker:epoch"  # set once per Redis lifetime; gone = queued tasks are gone too
@@ -63,12 +62,13 @@ def find_stuck(stages: tuple[Stage, ...] = STAGES) -> list[tuple[int, str]]:
     """(message id, stage to run), with an audit row each, in one short transaction.
     A re-offered message is not offered again before another full limit has passed."""
     found: list[tuple[int, str]] = []
+    lease_s = get_settings().claim_lease_s
     with db.transaction() as conn:
         for stage in stages:
             if not stage.entry:
                 continue
             if stage.running is not None and stage.on_stuck == "requeue":
-                found += [(mid, stage.name) for mid in runner.reclaim_stale(conn, stage, lease_s=CLAIM_LEASE_S,
+                found += [(mid, stage.name) for mid in runner.reclaim_stale(conn, stage, lease_s=lease_s,
                                                                             batch=BATCH)]
             for r in conn.execute(
                     """UPDATE synedre.email_states SET waiting_reason = %(why)s,

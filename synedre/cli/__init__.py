@@ -70,6 +70,9 @@ def _main(verbose: bool = typer.Option(False, "--verbose", "-v",
         import logging
 
         logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
+    from synedre import db
+
+    db.check_before_pool = True  # a database that refuses is said at once, not after the pool's wait
 
 
 # Every command and group by its name, in the order `synedre --help` lists them.

@@ -292,11 +292,19 @@ def _configure(conn: Conn) -> None:
     conn.commit()
 
 
+# A command run by hand says at once that PostgreSQL refuses it (the CLI sets this): one
+# direct connection before the pool, whose first wait would last db_timeout_s. A worker's
+# pool waits instead, riding out a restart.
+check_before_pool = False
+
+
 def pool() -> ConnectionPool[Conn]:
     """The process's pool, opened on first use (never inherited across a fork)."""
     global _pool
     with _lock:
         if _pool is None:
+            if check_before_pool:
+                connect().close()
             s = get_settings()
             _pool = ConnectionPool(
                 database_url(s), min_size=1, max_size=s.db_pool_max, timeout=s.db_timeout_s,

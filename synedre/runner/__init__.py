@@ -29,13 +29,12 @@ from dataclasses import replace
 from typing import ClassVar, Generic, TypeVar
 
 from synedre import db
+from synedre.config import get_settings
 from synedre.db.types import Conn, FencedOut
 from synedre.log import log
 from synedre.pipeline import LaunchStatus, Stage
 from synedre.runner import doors
 from synedre.runner.doors import (
-    CLAIM_LEASE_S,
-    CLAIM_RENEW_S,
     admit,
     claim,
     claim_launch,
@@ -157,10 +156,10 @@ def working(c: Claim) -> Iterator[None]:
     if c.attempt is None or c.launch is not None:  # a launch's lease is its lock (the sweep fails a lost one)
         yield
         return
-    stop = threading.Event()
+    stop, every_s = threading.Event(), get_settings().claim_lease_s / 4  # the lease: claim_lease_s
 
     def keep_alive() -> None:
-        while not stop.wait(CLAIM_RENEW_S):
+        while not stop.wait(every_s):
             try:
                 with db.transaction() as conn:
                     if not doors.renew(conn, c):
@@ -187,6 +186,6 @@ def working(c: Claim) -> Iterator[None]:
         stop.set()
 
 
-__all__ = ["CLAIM_LEASE_S", "Claim", "Done", "FencedOut", "Held", "Result", "RetryRefused", "Skip", "StageCode",
+__all__ = ["Claim", "Done", "FencedOut", "Held", "Result", "RetryRefused", "Skip", "StageCode",
            "admit", "claim", "claim_launch", "claim_resume", "finish_launch", "hold", "move", "reclaim_stale",
            "reenter", "retry_target", "run", "set_waiting", "settle", "why_not", "working"]

@@ -117,12 +117,6 @@ def _check_exit(stage: Stage, status: Status) -> None:
         raise ValueError(f"stage {stage.name} cannot end in {status}")
 
 
-# A claim is a lease: the execution holding it renews it every CLAIM_RENEW_S; one not
-# renewed for CLAIM_LEASE_S belongs to a dead worker and the sweep offers the message again.
-CLAIM_RENEW_S = 10.0
-CLAIM_LEASE_S = 40.0
-
-
 def renew(conn: Conn, c: Claim) -> bool:
     cur = conn.execute("UPDATE synedre.email_states SET claimed_at = now() WHERE message_id = %s"
                        " AND status = %s AND stage_attempt = %s", (c.message_id, str(c.stage.running), c.attempt))
