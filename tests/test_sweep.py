@@ -39,3 +39,17 @@ def test_a_claim_whose_worker_died_is_released_and_offered_again(db, tmp_path):
         status, attempt, why = conn.execute("SELECT status, stage_attempt, waiting_reason FROM synedre.email_states"
                                             " WHERE message_id = %s", (mid,)).fetchone()
     assert (status, attempt) == ("read", 4) and "re-offered by the sweep" in why
+
+
+def test_the_lease_is_the_claim_lease_setting(db, tmp_path, monkeypatch):
+    from tests.conftest import _reset_settings
+
+    mid = ingest_one(sorted((CORPUS / "cases").glob("P01*.eml"))[0].read_bytes(), "atlas", 1, 1,
+                     Settings(state_dir=tmp_path), lambda _: None)
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("UPDATE synedre.email_states SET status = 'classifying', stage_attempt = 1,"
+                     " claimed_at = now() - interval '20 seconds', status_at = now() WHERE message_id = %s", (mid,))
+    assert find_stuck() == []  # renewed 20 s ago: alive under the default 40 s lease
+    monkeypatch.setenv("SYNEDRE_CLAIM_LEASE_S", "12")
+    _reset_settings()
+    assert find_stuck() == [(mid, "classify")]  # past a 12 s lease: its worker is taken for dead
