@@ -84,7 +84,7 @@ def test_a_silent_agent_is_stopped_resumed_once_in_its_session_and_finishes(serv
     url, state = services["db"], tmp_path / "state"
     mid, = make_launchable(url, tmp_path)
     api, env = launch_env(ScriptedModel([[bash(EARLY)], Sleep(30, once=True), [bash(FINISH)], [bash(FINISH)]]),
-                          SYNEDRE_IDLE_TIMEOUT_S="3")
+                          SYNEDRE_IDLE_TIMEOUT_S="6")  # a loaded CLI starts within it
     worker = stack.spawn_one(env, services["logs"], mid, lambda: finished(url, 1), 90, "the launch to end")
     # stopped by the idle timeout, then resumed in the same process of the launch
     assert "stop_reason=idle" in worker.output() and "exit_code=125" in worker.output()
@@ -213,7 +213,7 @@ def test_an_idle_stop_is_not_resumed_once_the_message_reached_its_spending_cap(s
     url = services["db"]
     mid, = make_launchable(url, tmp_path)
     api, env = launch_env(ScriptedModel([[bash(EARLY)], Sleep(30, once=True), [bash(FINISH)]]),
-                          SYNEDRE_IDLE_TIMEOUT_S="4", SYNEDRE_MAX_MESSAGE_COST_USD="20")
+                          SYNEDRE_IDLE_TIMEOUT_S="6", SYNEDRE_MAX_MESSAGE_COST_USD="20")
     worker = stack.celery_worker(env, services["logs"], queues="spawn")
     try:
         from tasks.app import app
