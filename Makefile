@@ -34,10 +34,11 @@ try: system venv
 fleet: system venv
 	$(VENV)/bin/synedre fleet
 
-# Two pytest-xdist workers (one per core), a test file each at a time: each worker has its
-# own PostgreSQL and Redis database (tests/services/stack.per_worker); TEST_WORKERS=0 runs serially.
-# The fifteen slowest tests are listed at the end: where the suite's ten minutes go.
-TEST_WORKERS ?= 2
+# Three pytest-xdist workers on the two cores (a test mostly waits on its services), a test
+# file each at a time, the longest files first (tests/conftest.py): each worker has its own
+# PostgreSQL and Redis database (tests/services/stack.per_worker, four workers at most);
+# TEST_WORKERS=0 runs serially. The fifteen slowest tests are listed at the end.
+TEST_WORKERS ?= 3
 test: system venv
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
