@@ -50,13 +50,12 @@ from typing import Any, TypeVar
 from synedre.redact.exact import _ENCODED, MIN_SECRET_LEN, _decodings, _Exact, _memorable, _variants
 from synedre.redact.rules import (
     _MARKER,
-    _ORDER,
-    _UNION,
     RULES,
     _bare_aws_secrets,
     _inside_marker,
     _looks_random,
     _precise,
+    union,
 )
 
 MAX_REMEMBERED = 1000  # values learned in one launch; configured secrets are not counted
@@ -144,11 +143,12 @@ class Redactor:
 
     def _rules(self, s: str) -> str:
         out, done, pos, markers = [], 0, 0, "[REDACTED" in s
-        while m := _UNION.search(s, pos):
+        rules, order = union()
+        while m := rules.search(s, pos):
             at = m.start()
             # The union chose the first rule that may match here; the precise rules decide,
             # in the union's order from that one on.
-            for i in _ORDER[m.lastgroup]:  # type: ignore[index]
+            for i in order[m.lastgroup]:  # type: ignore[index]
                 rx, hidden, kept = _precise(i)
                 if (hit := rx.match(s, at)) and (
                         replaced := self._replace(i, hit, hidden, kept, markers)) is not None:

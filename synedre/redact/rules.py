@@ -1,5 +1,5 @@
 """Passes 2 and 3 of the redactor (see `synedre.redact`): the secret shapes, `RULES`, found by
-one combined regex (`_UNION`) and confirmed by each rule alone (`_precise`); and a bare AWS
+one combined regex (`union()`) and confirmed by each rule alone (`_precise`); and a bare AWS
 secret key (`_bare_aws_secrets`). Also the markers they write (`KINDS`, `_MARKER`)."""
 from __future__ import annotations
 
@@ -246,7 +246,11 @@ def _union(rules: tuple[SecretRule, ...]) -> tuple[re.Pattern[str], dict[str, li
     return re.compile("|".join(alternatives)), order
 
 
-_UNION, _ORDER = _union(RULES)
+@functools.cache
+def union() -> tuple[re.Pattern[str], dict[str, list[int]]]:
+    """`_union(RULES)`, compiled on first use: ~85 ms that a process which never redacts free
+    text (most commands, most worker groups) no longer pays at import."""
+    return _union(RULES)
 
 
 @functools.cache
