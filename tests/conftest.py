@@ -38,21 +38,17 @@ INTEGRATION_MODULES = frozenset({
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test is `unit` or `integration`, so `pytest -m unit` needs no services."""
-    for item in items:
-        if item.get_closest_marker("integration") or item.get_closest_marker("unit"):
-            continue  # the test file said so itself
-        module = item.nodeid.split("::", 1)[0]
-        if module in INTEGRATION_MODULES or SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.integration)
-        else:
-            item.add_marker(pytest.mark.unit)
-    # The longest files first (those with a slow test, then those with services), unit files
-    # last: the xdist workers take files in this order, so the run does not end on one long
-    # file while the others idle.
+    """Every test is `unit` or `integration`, so `pytest -m unit` needs no services. The longest
+    files run first (those with a slow test, then those with services), unit files last: the
+    xdist workers take files in this order, so the run does not end on one long file while
+    the others idle."""
     weight: dict[str, int] = {}
     for item in items:
         module = item.nodeid.split("::", 1)[0]
+        if not (item.get_closest_marker("integration") or item.get_closest_marker("unit")):  # the file said so
+            integration = module in INTEGRATION_MODULES or SERVICE_FIXTURES.intersection(
+                getattr(item, "fixturenames", ()))
+            item.add_marker(pytest.mark.integration if integration else pytest.mark.unit)
         mine = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("integration") else 2
         weight[module] = min(weight.get(module, 2), mine)
     items.sort(key=lambda item: weight[item.nodeid.split("::", 1)[0]])  # stable: each file's order kept

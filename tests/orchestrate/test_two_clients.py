@@ -109,11 +109,10 @@ def two(services, tmp_path, monkeypatch):
         api = start_claude_api(model)
         procs.append(api)
         full = {**env, "SYNEDRE_ANTHROPIC_BASE_URL": api.url}
-        for queues, state in (("spawn", "spawn"), ("deploy", "deploy"), ("qa,recap", "spawn")):
-            procs.append(stack.Proc("worker", stack.worker_argv(queues, 2),
-                                    {**full, "SYNEDRE_STATE_DIR": str(states[state])}, services["logs"]))
-        for p in procs[-3:]:
-            p.wait_output(" ready.", timeout=60)
+        hosts = (("spawn", "spawn"), ("deploy", "deploy"), ("qa,recap", "spawn"))  # queues, the host they run on
+        procs.extend(stack.ready([stack.Proc("worker", stack.worker_argv(queues, 2),
+                                             {**full, "SYNEDRE_STATE_DIR": str(states[host])}, services["logs"])
+                                  for queues, host in hosts]))
         return api
     yield {"url": services["db"], "alpha": alpha, "beta": beta, "remote": remote, "mono": mono, "smtp": smtp,
            "start": start, "tmp": tmp_path, "states": states}

@@ -188,7 +188,11 @@ def celery_worker(env: dict[str, str], log_dir: Path, queues: str = "poll", conc
 
 def celery_workers(env: dict[str, str], log_dir: Path, *groups: tuple[str, int] | tuple[str, int, str]) -> list[Proc]:
     """One worker per (queues, concurrency[, pool]), booted side by side: ready once all are."""
-    workers = [Proc("worker", worker_argv(*group), env, log_dir) for group in groups]
+    return ready([Proc("worker", worker_argv(*group), env, log_dir) for group in groups])
+
+
+def ready(workers: list[Proc]) -> list[Proc]:
+    """Workers started side by side, once each said it is ready; all stopped if one fails."""
     try:
         for w in workers:
             w.wait_output(" ready.", timeout=60)
