@@ -106,7 +106,7 @@ def implemented_groups() -> dict:
 
 
 def worker_argv(g, node: str) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel", "INFO",
+    return [sys.executable, "-m", "tasks", "worker", "--loglevel", "INFO",
             "-Q", ",".join(g.queues), "-c", str(g.concurrency), "-P", g.pool, "-n", node]
 
 

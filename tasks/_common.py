@@ -1,12 +1,51 @@
-"""What every stage task shares: which errors are transient, how a result moves a message on."""
+"""What every stage task shares: which errors are transient, how a result moves a message on,
+and the stage code a worker loads only for the queues it consumes."""
+import importlib
+from types import ModuleType
+
 import psycopg
 import psycopg_pool
 import redis
 import structlog
+from celery.signals import worker_init
 
 from synedre.log import log
 from synedre.pipeline import ALERTED, consumer_of
 from synedre.runner import Done, Held, Result, Skip
+
+
+class StageCode:
+    """A module of stage code the tasks of `queues` run, loaded by a worker that consumes one
+    of them as it starts (before its pool forks: every child shares it), else on first use. A
+    worker of other queues never loads it: the `classify` worker carries no browser, no DKIM
+    and no agent code, and starts that much sooner. Its attributes are the module's."""
+
+    registered: list["StageCode"] = []
+
+    def __init__(self, module: str, *queues: str):
+        self.name, self.queues = module, frozenset(queues)
+        StageCode.registered.append(self)
+
+    def load(self) -> ModuleType:
+        if (module := self.__dict__.get("module")) is None:
+            module = self.__dict__["module"] = importlib.import_module(self.name)
+        return module
+
+    @property
+    def loaded(self) -> bool:
+        return "module" in self.__dict__
+
+    def __getattr__(self, attr: str):
+        return getattr(self.load(), attr)
+
+
+@worker_init.connect
+def _load_stage_code(sender=None, **_):
+    consumed = sender.app.amqp.queues.consume_from if sender is not None else None
+    for code in StageCode.registered:
+        if consumed is None or code.queues & set(consumed):  # no -Q: it consumes every queue
+            code.load()
+
 
 # Worth retrying with backoff; everything else fails once and loudly.
 TRANSIENT = (psycopg.OperationalError, psycopg_pool.PoolTimeout, redis.ConnectionError, redis.TimeoutError,

@@ -1,12 +1,13 @@
 """Queue `poll` (the ingest workers): a launch waiting for the founder's OK — its request
 mailed, or ended at its expiry (synedre/stages/approval.py)."""
-from synedre.mail import outbound
-from synedre.stages import approval as stage
-from tasks._common import RETRY, advance, bind
+from synedre.mail.errors import MailNotSent
+from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app
 
+stage = StageCode("synedre.stages.approval", "poll")
+
 # A request that could not leave yet (SMTP or IMAP down) is tried again, not left for a day.
-DEFER = dict(autoretry_for=(outbound.MailNotSent, *RETRY["autoretry_for"]), retry_backoff=5,
+DEFER = dict(autoretry_for=(MailNotSent, *RETRY["autoretry_for"]), retry_backoff=5,
              retry_backoff_max=300, max_retries=20)
 
 

@@ -1,12 +1,13 @@
 """Queue `classify`: the guarded LLM classification (SPEC §6)."""
 from datetime import UTC, datetime, timedelta
 
-from synedre.classify.core import LLMUnavailable
 from synedre.config import get_settings
 from synedre.runner import Done, Held
-from synedre.stages import classify as stage
-from tasks._common import RETRY, advance, bind
+from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app, enqueue
+
+stage = StageCode("synedre.stages.classify", "classify")
+core = StageCode("synedre.classify.core", "classify")
 
 
 def _delay_s(retries: int) -> float:
@@ -22,7 +23,7 @@ def classify(self, message_id: int) -> str:
     when = datetime.now(UTC) + timedelta(seconds=_delay_s(n))
     result = stage.run(mid, retry=(n, get_settings().llm_retries, when))
     if isinstance(result, Held) and result.retry:  # the LLM was unreachable: back later, the message waits
-        raise self.retry(exc=LLMUnavailable(result.why), countdown=_delay_s(n))
+        raise self.retry(exc=core.LLMUnavailable(result.why), countdown=_delay_s(n))
     if isinstance(result, Done) and (released := result.detail.get("released")):
         # the founder's OK moved that message back to its gate's stage: spawn, or deploy
         enqueue(result.detail.get("released_to", "spawn"), released)

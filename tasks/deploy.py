@@ -1,7 +1,8 @@
 """Queue `deploy`: the contract decides the path; the code path is deployed (SPEC §9.1–9.3)."""
-from synedre.stages import deploy as stage
-from tasks._common import RETRY, advance, bind
+from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app
+
+stage = StageCode("synedre.stages.deploy", "deploy")
 
 
 @app.task(name="synedre.deploy", bind=True, soft_time_limit=1500, time_limit=1560, **RETRY)

@@ -1,7 +1,8 @@
 """Queue `materialize`: one run, question, negotiation or advice per message (SPEC §7)."""
-from synedre.stages import materialize as stage
-from tasks._common import RETRY, advance, bind
+from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app
+
+stage = StageCode("synedre.stages.materialize", "materialize")
 
 
 @app.task(name="synedre.materialize", bind=True, soft_time_limit=120, time_limit=150, **RETRY)

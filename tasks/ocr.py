@@ -1,7 +1,8 @@
 """Queue `ocr`: Tesseract on clean images, text kept out of the database (SPEC §5)."""
-from synedre.stages import ocr as stage
-from tasks._common import RETRY, advance, bind
+from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app
+
+stage = StageCode("synedre.stages.ocr", "ocr")
 
 
 @app.task(name="synedre.ocr", bind=True, soft_time_limit=900, time_limit=960, **RETRY)

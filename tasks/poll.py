@@ -6,8 +6,10 @@ from imapclient.exceptions import IMAPClientError
 
 from synedre import mailboxes
 from synedre.pipeline import Status, consumer_of
-from synedre.stages.poll import run_coalesced
+from tasks._common import StageCode
 from tasks.app import app, enqueue
+
+stage = StageCode("synedre.stages.poll", "poll")
 
 # IMAP and the database may be restarting: retried with bounded backoff, never dropped
 TRANSIENT = (OSError, IMAPClientError, ConnectionError, psycopg.OperationalError, psycopg_pool.PoolTimeout)
@@ -27,7 +29,7 @@ def poll(self, mailbox_id: str = "atlas") -> dict:
     def hand_on(mid: int) -> None:
         enqueue(first, mid)
     try:
-        report = run_coalesced(box, hand_on)
+        report = stage.run_coalesced(box, hand_on)
     except mailboxes.LoginRefused as exc:
         # No retry fixes it soon: said once, in the result the worker logs (and `poll --wait`
         # prints), and beat polls again.

@@ -2,12 +2,13 @@
 any QA worker (`celery -A tasks worker -Q qa` scales them), joined in PostgreSQL (SPEC §9.3)."""
 from celery.signals import worker_process_init, worker_process_shutdown
 
-from synedre.orchestrate import browser
 from synedre.pipeline import Status
 from synedre.runner import Done
-from synedre.stages import qa as qa_stage
-from tasks._common import RETRY, advance, bind
+from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app, enqueue
+
+qa_stage = StageCode("synedre.stages.qa", "qa")
+browser = StageCode("synedre.orchestrate.browser", "qa")
 
 
 @app.task(name="synedre.qa", bind=True, soft_time_limit=300, time_limit=330, **RETRY)
@@ -29,9 +30,11 @@ def qa_route(self, message_id: int) -> str:
 
 @worker_process_init.connect
 def _keep_browser(**_):
-    browser.keep_browser()  # one Chromium per worker child, for route after route
+    if browser.loaded:  # a QA worker's child (its parent loaded the browser's code)
+        browser.keep_browser()  # one Chromium per worker child, for route after route
 
 
 @worker_process_shutdown.connect
 def _close_browser(**_):
-    browser.close_kept_browser()
+    if browser.loaded:
+        browser.close_kept_browser()

@@ -1,11 +1,13 @@
 """Queue `recap`: the founder's recap, and his alerts, through the mail facade (SPEC §9.6)."""
 from synedre.config import get_settings
-from synedre.orchestrate import lessons
-from synedre.stages import recap as stage
-from tasks._common import RETRY, advance, bind
+from synedre.mail.errors import RecapDeferred
+from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app
 
-DEFER = dict(autoretry_for=(stage.RecapDeferred, *RETRY["autoretry_for"]), retry_backoff=5, retry_backoff_max=300,
+stage = StageCode("synedre.stages.recap", "recap")
+lessons = StageCode("synedre.orchestrate.lessons", "recap")
+
+DEFER = dict(autoretry_for=(RecapDeferred, *RETRY["autoretry_for"]), retry_backoff=5, retry_backoff_max=300,
              max_retries=20)
 
 

@@ -1,9 +1,10 @@
 """Queue `recap`: the scheduled reports mailed to the founder (SPEC §12: the monthly calibration)."""
 from synedre.log import log
 from synedre.mail.errors import MailNotSent
-from synedre.report import calibration
-from tasks._common import TRANSIENT
+from tasks._common import TRANSIENT, StageCode
 from tasks.app import app
+
+calibration = StageCode("synedre.report.calibration", "recap")
 
 
 @app.task(name="synedre.report_calibration", bind=True, soft_time_limit=300, time_limit=330,

@@ -1,7 +1,8 @@
 """Queue `scan`: clamd verdicts for every attachment (SPEC §4)."""
-from synedre.stages import scan as stage
-from tasks._common import RETRY, advance, bind
+from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app
+
+stage = StageCode("synedre.stages.scan", "scan")
 
 
 @app.task(name="synedre.scan", bind=True, soft_time_limit=600, time_limit=660, **RETRY)

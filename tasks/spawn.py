@@ -8,10 +8,14 @@ from synedre import db, incidents, kv, runner
 from synedre.config import get_settings
 from synedre.db import launches
 from synedre.log import log
-from synedre.spawn import agent, locks, session, workspace
-from synedre.stages import spawn as stage
-from tasks._common import RETRY, advance, bind
+from synedre.spawn import locks
+from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app, enqueue
+
+stage = StageCode("synedre.stages.spawn", "spawn")
+agent = StageCode("synedre.spawn.agent", "spawn")
+workspace = StageCode("synedre.spawn.workspace", "spawn")
+session = StageCode("synedre.spawn.session", "spawn", "poll")  # the sweep prunes session stores too
 
 # Set when the worker stops: a running launch kills its agent's group and records why.
 _stopping = threading.Event()

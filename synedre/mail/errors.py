@@ -20,6 +20,11 @@ class MailMaybeSent(OutboundError):
     case that is not 'nothing left'; `send_to_founder` turns it into `send_unknown`."""
 
 
+class RecapDeferred(RuntimeError):
+    """A recap or an alert could not leave yet (SMTP refused before DATA, IMAP down, another
+    execution sending it): its task retries later (synedre/stages/recap.py)."""
+
+
 class MailNotSent(OutboundError):
     """Nothing left the mailbox; calling again is safe. `transient` says whether to retry."""
 

@@ -316,7 +316,7 @@ class Fleet:
                 argv = p.cmdline()
             except (psutil.NoSuchProcess, psutil.ZombieProcess):
                 continue
-            if not any("celery" in a for a in argv) or "worker" not in argv:
+            if "worker" not in argv or "-Q" not in argv:  # `python -m tasks worker -Q ...`, its pool children alike
                 continue
             node = argv[argv.index("-n") + 1] if "-n" in argv else ""
             if groups is None or node.split("@")[0].rsplit("-", 1)[0] in groups:

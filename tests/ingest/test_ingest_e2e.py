@@ -151,8 +151,9 @@ real = imapclient.IMAPClient.add_flags
 def add_flags(self, messages, flags, silent=False):
     os.kill(os.getpid(), signal.SIGKILL)  # after the commit, before \\\\Seen
 imapclient.IMAPClient.add_flags = add_flags
-from celery.__main__ import main
-main()
+import sys
+from tasks.__main__ import main
+sys.exit(main(sys.argv[1:]))
 """
 
 

@@ -1,0 +1,50 @@
+"""A worker loads the stage code of the queues it consumes, and only that (tasks/_common.StageCode):
+the classify worker carries no browser, no DKIM and no agent code, so it starts sooner and smaller."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.services import stack
+
+pytestmark = pytest.mark.unit
+
+PROBE = """
+import json, sys
+from types import SimpleNamespace
+from tasks.app import app
+app.loader.import_default_modules()
+from tasks import _common
+before = sorted(m for m in sys.modules if m.startswith(("synedre.stages.", "playwright", "dkim")))
+consumed = None if sys.argv[1] == "-" else dict.fromkeys(sys.argv[1].split(","))
+_common._load_stage_code(SimpleNamespace(app=SimpleNamespace(amqp=SimpleNamespace(
+    queues=SimpleNamespace(consume_from=consumed)))))
+after = sorted(m for m in sys.modules if m.startswith(("synedre.stages.", "playwright", "dkim")))
+print(json.dumps({"tasks": sorted(t for t in app.tasks if t.startswith("synedre.")), "before": before,
+                  "after": after}))
+"""
+
+
+def loaded(queues: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", PROBE, queues], cwd=stack.ROOT, capture_output=True, text=True,
+                         timeout=60, check=True)
+    return json.loads(out.stdout)
+
+
+def test_every_task_is_registered_without_any_stage_s_code_and_a_worker_loads_its_own_only():
+    classify = loaded("classify,materialize")
+    assert {"synedre.classify", "synedre.qa_route", "synedre.spawn", "synedre.poll", "synedre.recap"} \
+        <= set(classify["tasks"])  # beat, Flower and `celery call` see every task
+    assert classify["before"] == []
+    assert {"synedre.stages.classify", "synedre.stages.materialize"} <= set(classify["after"])
+    assert not [m for m in classify["after"] if m.startswith(("playwright", "dkim", "synedre.stages.spawn",
+                                                              "synedre.stages.qa"))]
+    qa = loaded("qa")
+    assert "synedre.stages.qa" in qa["after"] and any(m.startswith("playwright") for m in qa["after"])
+    assert "synedre.stages.spawn" not in qa["after"] and "synedre.stages.classify" not in qa["after"]
+    everything = loaded("-")  # a worker started without -Q consumes every queue: all of it, at start
+    assert {"synedre.stages.spawn", "synedre.stages.qa", "synedre.stages.poll", "synedre.stages.recap"} \
+        <= set(everything["after"])
