@@ -134,6 +134,26 @@ def start_fleet(env: dict[str, str], logs: Path) -> list[stack.Proc]:
                       for name, g in GROUPS.items() for i in range(1, g.processes + 1)], 120)
 
 
+def prepare(s, api: ClaudeAPI, llm, smtp):
+    """The client's site, the directory and the fleet's environment on the bench's services."""
+    base = Path(s["env"]["SYNEDRE_STATE_DIR"]).parent
+    site = start_site(base / "site")
+    (base / "smtp").mkdir()  # beside the services' own registry, which sends nowhere
+    env = {**s["env"], **stack.mailbox_env(s["dovecot"], base / "smtp", smtp=smtp),
+           "SYNEDRE_WORKSPACE_REPO": str(site.repo), "SYNEDRE_WORKSPACE_BASE_BRANCH": "main",
+           "SYNEDRE_CLAUDE_BIN": shutil.which("claude"),
+           "SYNEDRE_ANTHROPIC_API_KEY": "sk-ant-api03-BENCHONLY0123456789abcdef",
+           "SYNEDRE_ANTHROPIC_BASE_URL": api.url, "SYNEDRE_AGENT_IS_SANDBOX": "1",
+           "SYNEDRE_IDLE_TIMEOUT_S": "60", "SYNEDRE_LAUNCH_BUDGET_S": "120", "SYNEDRE_QA_TIMEOUT_S": "20",
+           "SYNEDRE_MISTRAL_API_KEY": "bench", "SYNEDRE_MISTRAL_SERVER_URL": llm.url,
+           "SYNEDRE_LOG_FORMAT": "json"}
+    subprocess.run([sys.executable, "-m", "synedre.cli", "directory", "import",
+                    str(CORPUS / "directory.json")], env=env, check=True, timeout=120, cwd=stack.ROOT,
+                   capture_output=True)
+    add_client(s["pg_url"], site)
+    return site, env
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", type=int, default=MESSAGES)
@@ -150,21 +170,7 @@ def main() -> None:
     procs: list[stack.Proc] = []
     try:
         with services() as s:
-            base = Path(s["env"]["SYNEDRE_STATE_DIR"]).parent
-            site = start_site(base / "site")
-            (base / "smtp").mkdir()  # beside the services' own registry, which sends nowhere
-            env = {**s["env"], **stack.mailbox_env(s["dovecot"], base / "smtp", smtp=smtp),
-                   "SYNEDRE_WORKSPACE_REPO": str(site.repo), "SYNEDRE_WORKSPACE_BASE_BRANCH": "main",
-                   "SYNEDRE_CLAUDE_BIN": shutil.which("claude"),
-                   "SYNEDRE_ANTHROPIC_API_KEY": "sk-ant-api03-BENCHONLY0123456789abcdef",
-                   "SYNEDRE_ANTHROPIC_BASE_URL": api.url, "SYNEDRE_AGENT_IS_SANDBOX": "1",
-                   "SYNEDRE_IDLE_TIMEOUT_S": "60", "SYNEDRE_LAUNCH_BUDGET_S": "120", "SYNEDRE_QA_TIMEOUT_S": "20",
-                   "SYNEDRE_MISTRAL_API_KEY": "bench", "SYNEDRE_MISTRAL_SERVER_URL": llm.url,
-                   "SYNEDRE_LOG_FORMAT": "json"}
-            subprocess.run([sys.executable, "-m", "synedre.cli", "directory", "import",
-                            str(CORPUS / "directory.json")], env=env, check=True, timeout=120, cwd=stack.ROOT,
-                           capture_output=True)
-            add_client(s["pg_url"], site)
+            site, env = prepare(s, api, llm, smtp)
             procs = start_fleet(env, s["logs"])
             procs.append(stack.idle_watcher(env, s["logs"]))
             try:

@@ -15,15 +15,15 @@ from synedre.runner import Done, Held, Result, Skip
 
 
 class StageCode:
-    """A module of stage code the tasks of `queues` run, loaded by a worker that consumes one
-    of them as it starts (before its pool forks: every child shares it), else on first use. A
+    """A module of stage code that `tasks` run, loaded by a worker that consumes one of their
+    queues as it starts (before its pool forks: every child shares it), else on first use. A
     worker of other queues never loads it: the `classify` worker carries no browser, no DKIM
     and no agent code, and starts that much sooner. Its attributes are the module's."""
 
     registered: list["StageCode"] = []
 
-    def __init__(self, module: str, *queues: str):
-        self.name, self.queues = module, frozenset(queues)
+    def __init__(self, module: str, *tasks: str):
+        self.name, self.tasks = module, tasks
         StageCode.registered.append(self)
 
     def load(self) -> ModuleType:
@@ -42,8 +42,9 @@ class StageCode:
 @worker_init.connect
 def _load_stage_code(sender=None, **_):
     consumed = sender.app.amqp.queues.consume_from if sender is not None else None
-    for code in StageCode.registered:
-        if consumed is None or code.queues & set(consumed):  # no -Q: it consumes every queue
+    routes = sender.app.conf.task_routes if sender is not None else {}
+    for code in StageCode.registered:  # a worker started without -Q consumes every queue
+        if consumed is None or any(routes[task]["queue"] in consumed for task in code.tasks):
             code.load()
 
 

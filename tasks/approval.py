@@ -4,7 +4,7 @@ from synedre.mail.errors import MailNotSent
 from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app
 
-stage = StageCode("synedre.stages.approval", "poll")
+stage = StageCode("synedre.stages.approval", "synedre.approval")
 
 # A request that could not leave yet (SMTP or IMAP down) is tried again, not left for a day.
 DEFER = dict(autoretry_for=(MailNotSent, *RETRY["autoretry_for"]), retry_backoff=5,

@@ -6,8 +6,8 @@ from synedre.runner import Done, Held
 from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app, enqueue
 
-stage = StageCode("synedre.stages.classify", "classify")
-core = StageCode("synedre.classify.core", "classify")
+stage = StageCode("synedre.stages.classify", "synedre.classify")
+core = StageCode("synedre.classify.core", "synedre.classify")
 
 
 def _delay_s(retries: int) -> float:

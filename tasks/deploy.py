@@ -2,7 +2,7 @@
 from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app
 
-stage = StageCode("synedre.stages.deploy", "deploy")
+stage = StageCode("synedre.stages.deploy", "synedre.deploy")
 
 
 @app.task(name="synedre.deploy", bind=True, soft_time_limit=1500, time_limit=1560, **RETRY)

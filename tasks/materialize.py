@@ -2,7 +2,7 @@
 from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app
 
-stage = StageCode("synedre.stages.materialize", "materialize")
+stage = StageCode("synedre.stages.materialize", "synedre.materialize")
 
 
 @app.task(name="synedre.materialize", bind=True, soft_time_limit=120, time_limit=150, **RETRY)

@@ -2,7 +2,7 @@
 from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app
 
-stage = StageCode("synedre.stages.ocr", "ocr")
+stage = StageCode("synedre.stages.ocr", "synedre.ocr")
 
 
 @app.task(name="synedre.ocr", bind=True, soft_time_limit=900, time_limit=960, **RETRY)

@@ -9,7 +9,7 @@ from synedre.pipeline import Status, consumer_of
 from tasks._common import StageCode
 from tasks.app import app, enqueue
 
-stage = StageCode("synedre.stages.poll", "poll")
+stage = StageCode("synedre.stages.poll", "synedre.poll")
 
 # IMAP and the database may be restarting: retried with bounded backoff, never dropped
 TRANSIENT = (OSError, IMAPClientError, ConnectionError, psycopg.OperationalError, psycopg_pool.PoolTimeout)

@@ -7,8 +7,8 @@ from synedre.runner import Done
 from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app, enqueue
 
-qa_stage = StageCode("synedre.stages.qa", "qa")
-browser = StageCode("synedre.orchestrate.browser", "qa")
+qa_stage = StageCode("synedre.stages.qa", "synedre.qa", "synedre.qa_route")
+browser = StageCode("synedre.orchestrate.browser", "synedre.qa_route")
 
 
 @app.task(name="synedre.qa", bind=True, soft_time_limit=300, time_limit=330, **RETRY)

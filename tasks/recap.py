@@ -4,8 +4,8 @@ from synedre.mail.errors import RecapDeferred
 from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app
 
-stage = StageCode("synedre.stages.recap", "recap")
-lessons = StageCode("synedre.orchestrate.lessons", "recap")
+stage = StageCode("synedre.stages.recap", "synedre.recap", "synedre.alert")
+lessons = StageCode("synedre.orchestrate.lessons", "synedre.learn")
 
 DEFER = dict(autoretry_for=(RecapDeferred, *RETRY["autoretry_for"]), retry_backoff=5, retry_backoff_max=300,
              max_retries=20)

@@ -4,7 +4,7 @@ from synedre.mail.errors import MailNotSent
 from tasks._common import TRANSIENT, StageCode
 from tasks.app import app
 
-calibration = StageCode("synedre.report.calibration", "recap")
+calibration = StageCode("synedre.report.calibration", "synedre.report_calibration")
 
 
 @app.task(name="synedre.report_calibration", bind=True, soft_time_limit=300, time_limit=330,

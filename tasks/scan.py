@@ -2,7 +2,7 @@
 from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app
 
-stage = StageCode("synedre.stages.scan", "scan")
+stage = StageCode("synedre.stages.scan", "synedre.scan")
 
 
 @app.task(name="synedre.scan", bind=True, soft_time_limit=600, time_limit=660, **RETRY)

@@ -12,10 +12,10 @@ from synedre.spawn import locks
 from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app, enqueue
 
-stage = StageCode("synedre.stages.spawn", "spawn")
-agent = StageCode("synedre.spawn.agent", "spawn")
-workspace = StageCode("synedre.spawn.workspace", "spawn")
-session = StageCode("synedre.spawn.session", "spawn", "poll")  # the sweep prunes session stores too
+stage = StageCode("synedre.stages.spawn", "synedre.spawn", "synedre.spawn_resume")
+agent = StageCode("synedre.spawn.agent", "synedre.spawn")
+workspace = StageCode("synedre.spawn.workspace", "synedre.spawn")
+session = StageCode("synedre.spawn.session", "synedre.spawn", "synedre.sweep")
 
 # Set when the worker stops: a running launch kills its agent's group and records why.
 _stopping = threading.Event()

@@ -20,11 +20,12 @@ app.loader.import_default_modules()
 from tasks import _common
 before = sorted(m for m in sys.modules if m.startswith(("synedre.stages.", "playwright", "dkim")))
 consumed = None if sys.argv[1] == "-" else dict.fromkeys(sys.argv[1].split(","))
-_common._load_stage_code(SimpleNamespace(app=SimpleNamespace(amqp=SimpleNamespace(
+_common._load_stage_code(SimpleNamespace(app=SimpleNamespace(conf=app.conf, amqp=SimpleNamespace(
     queues=SimpleNamespace(consume_from=consumed)))))
 after = sorted(m for m in sys.modules if m.startswith(("synedre.stages.", "playwright", "dkim")))
 print(json.dumps({"tasks": sorted(t for t in app.tasks if t.startswith("synedre.")), "before": before,
-                  "after": after}))
+                  "after": after, "routes": sorted(app.conf.task_routes),
+                  "code": {c.name: c.tasks for c in _common.StageCode.registered}}))
 """
 
 
@@ -39,6 +40,8 @@ def test_every_task_is_registered_without_any_stage_s_code_and_a_worker_loads_it
     assert {"synedre.classify", "synedre.qa_route", "synedre.spawn", "synedre.poll", "synedre.recap"} \
         <= set(classify["tasks"])  # beat, Flower and `celery call` see every task
     assert classify["before"] == []
+    for module, tasks in classify["code"].items():  # each names tasks that exist and are routed
+        assert tasks and set(tasks) <= set(classify["tasks"]) & set(classify["routes"]), module
     assert {"synedre.stages.classify", "synedre.stages.materialize"} <= set(classify["after"])
     assert not [m for m in classify["after"] if m.startswith(("playwright", "dkim", "synedre.stages.spawn",
                                                               "synedre.stages.qa"))]
