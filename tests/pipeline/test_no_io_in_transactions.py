@@ -49,7 +49,8 @@ def probed(monkeypatch, url: str, calls: list[str], owner, name: str) -> None:
         stats = db.pool().get_stats()
         with psycopg.connect(url, autocommit=True) as c:
             open_tx = c.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                                " AND xact_start IS NOT NULL AND pid <> pg_backend_pid()").fetchone()[0]
+                                " AND xact_start IS NOT NULL AND pid <> pg_backend_pid()"
+                                " AND backend_type = 'client backend'").fetchone()[0]
         calls.append(f"{name}: available={stats.get('pool_available')}/{stats.get('pool_size')} open_tx={open_tx}")
         assert stats.get("pool_available") == stats.get("pool_size") and open_tx == 0, calls[-1]
         return real(*args, **kwargs)

@@ -153,22 +153,32 @@ class Proc:
         return self.proc.poll() is None
 
     def send(self, sig: int = signal.SIGTERM) -> None:
-        """Sends `sig` to its process group once (a second SIGTERM is not the first's)."""
+        """Sends `sig` once: SIGTERM to the process alone (a Celery worker's warm shutdown then
+        stops its own pool; its pool children signalled too would die under it, mid-task),
+        any other signal (Ctrl-C's SIGINT, SIGKILL) to its whole process group, as a terminal would."""
         if self.proc.poll() is None and not self._signalled:
             self._signalled = True
             try:
-                os.killpg(self.proc.pid, sig)
+                if sig == signal.SIGTERM:
+                    os.kill(self.proc.pid, sig)
+                else:
+                    os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
                 pass
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        """Signals it (`send`) and waits; SIGKILL to whatever of its group is left then."""
         self.send(sig)
         if self.proc.poll() is None:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait(10)
         self._out.close()
         return self.proc.returncode
 
@@ -208,15 +218,18 @@ def ready(workers: list[Proc]) -> list[Proc]:
     return workers
 
 
-def stop_all(procs: Iterable[Any]) -> None:
-    """Ends them at a test's end: each process killed at once (`Proc.end`), then each waited
-    for (anything else with a `stop`, a scripted server, stopped in turn)."""
+def stop_all(procs: Iterable[Any], graceful: bool = False) -> None:
+    """Ends them at a test's end, side by side: each process killed at once (`Proc.end`), or
+    `graceful`ly stopped (`Proc.stop`: a worker finishes its task first) when what follows
+    reads what their last tasks wrote; then each waited for (anything else with a `stop`, a
+    scripted server, stopped in turn)."""
     procs = list(procs)
+    sig = signal.SIGTERM if graceful else signal.SIGKILL
     for p in procs:
         if isinstance(p, Proc):
-            p.send(signal.SIGKILL)
+            p.send(sig)
     for p in procs:
-        p.end() if isinstance(p, Proc) else p.stop()
+        p.stop(sig) if isinstance(p, Proc) else p.stop()
 
 
 def spawn_one(env: dict[str, str], log_dir: Path, mid: int, done: Callable[[], object], timeout: float, what: str,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from synedre.ai.providers.base import Messages, Provider, client_cache
+from synedre.ai.providers.base import Messages, Provider, client_cache, list_models
 from synedre.config import Settings
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -32,14 +32,6 @@ def split_system(messages: Messages) -> tuple[str, Messages]:
     return "\n\n".join(system), rest
 
 
-class ProbeRefused(RuntimeError):
-    """The API answered the probe with an HTTP error (`status_code`, as the SDKs' errors carry it)."""
-
-    def __init__(self, status_code: int, reason: object) -> None:
-        super().__init__(f"HTTP {status_code}: {reason}")
-        self.status_code = status_code
-
-
 class AnthropicProvider(Provider):
     name = "anthropic"
     url_variable = "SYNEDRE_ANTHROPIC_BASE_URL"
@@ -50,18 +42,9 @@ class AnthropicProvider(Provider):
     def probe(self, timeout: float, *, settings: Settings) -> int:
         """The models list over plain HTTP, as the SDK asks for it (its headers, its path): the
         agent's CLI, not this SDK, is what talks to this API in a launch."""
-        import json
-        import urllib.error
-        import urllib.request
-
         base = (settings.anthropic_base_url or DEFAULT_BASE_URL).rstrip("/")
-        ask = urllib.request.Request(f"{base}/v1/models?limit=1000", headers={
-            "x-api-key": self.api_key(settings), "anthropic-version": API_VERSION, "accept": "application/json"})
-        try:
-            with urllib.request.urlopen(ask, timeout=timeout) as answer:
-                return len(json.load(answer).get("data") or [])
-        except urllib.error.HTTPError as exc:
-            raise ProbeRefused(exc.code, exc.reason) from None
+        return list_models(f"{base}/v1/models?limit=1000", {
+            "x-api-key": self.api_key(settings), "anthropic-version": API_VERSION}, timeout)
 
     def complete(self, model: str, messages: Messages, timeout: float, json_output: bool,
                  temperature: float, max_tokens: int | None, *,

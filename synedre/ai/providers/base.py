@@ -52,6 +52,30 @@ class Provider:
         raise NotImplementedError
 
 
+class ProbeRefused(RuntimeError):
+    """The API answered the probe with an HTTP error (`status_code`, as the SDKs' errors carry it)."""
+
+    def __init__(self, status_code: int, reason: object) -> None:
+        super().__init__(f"HTTP {status_code}: {reason}")
+        self.status_code = status_code
+
+
+def list_models(url: str, headers: dict[str, str], timeout: float) -> int:
+    """How many models a provider's models list holds, asked over plain HTTP as its SDK asks
+    (`ProbeRefused` for an HTTP error): an SDK's import alone is a second of CPU on a loaded
+    host, which `synedre status` would pay within its bound."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers={"accept": "application/json", **headers}),
+                                    timeout=timeout) as answer:
+            return len(json.load(answer).get("data") or [])
+    except urllib.error.HTTPError as exc:
+        raise ProbeRefused(exc.code, exc.reason) from None
+
+
 def client_cache(factory: F) -> F:
     """One SDK client (and its connection pool) per key and URL, never shared across a fork."""
     cached = lru_cache(maxsize=8)(factory)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from functools import cache, lru_cache
 from typing import Any
 
-from synedre.ai.providers.base import Messages, Provider, client_cache
+from synedre.ai.providers.base import Messages, Provider, client_cache, list_models
 from synedre.config import Settings
 
 
@@ -54,12 +54,14 @@ def _text(content: Any) -> str:
 class MistralProvider(Provider):
     name = "mistral"
     url_variable = "SYNEDRE_MISTRAL_SERVER_URL"
-    sdk = "mistralai.client"
+    sdk = "urllib.request"  # the probe's client (the SDK's import is CPU a loaded host lacks)
     default_url = "https://api.mistral.ai"
     url_form = "the server's root, without /v1 (the SDK adds /v1/chat/completions, /v1/embeddings)"
 
     def probe(self, timeout: float, *, settings: Settings) -> int:
-        return len(self._client(settings).models.list(timeout_ms=int(timeout * 1000)).data or [])
+        """The models list over plain HTTP, as the SDK asks for it (GET /v1/models, bearer key)."""
+        base = (self.base_url(settings) or "").rstrip("/")
+        return list_models(f"{base}/v1/models", {"Authorization": f"Bearer {self.api_key(settings)}"}, timeout)
 
     def _client(self, settings: Settings) -> Any:
         return _client(self.api_key(settings), settings.mistral_server_url)
