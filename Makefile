@@ -34,12 +34,12 @@ try: system venv
 fleet: system venv
 	$(VENV)/bin/synedre fleet
 
-# Two pytest-xdist workers, one per core (three are faster, 661-718 s against ~900, but the
-# timing bounds some acceptance tests set, `status` within 8 s, were missed under that load),
+# Three pytest-xdist workers on the two cores (most tests wait on their services: ~600 s
+# against ~800 with two, whose CPU the workers' lighter start made room for),
 # a test file each at a time, the longest files first (tests/conftest.py): each worker has its
 # own PostgreSQL and Redis database (tests/services/stack.per_worker, four workers at most);
 # TEST_WORKERS=0 runs serially. The fifteen slowest tests are listed at the end.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 test: system venv
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
