@@ -49,12 +49,18 @@ class EventWriter:
                 pass
 
     def close(self) -> None:
-        # The process is gone: waiting for the writer no longer stalls anything.
-        if self._pending:
-            self._queue.put(self._pending)
-        self._pending = []
-        self._queue.put(None)
+        # The process is gone: waiting for the writer no longer stalls anything. The queue may
+        # be full behind a slow database: handing it the rest waits as long, and says so too.
         waited = 0.0
+        for last in ([self._pending] if self._pending else []) + [None]:
+            while True:
+                try:
+                    self._queue.put(last, timeout=WRITER_SLOW_S)
+                    break
+                except queue.Full:
+                    waited += WRITER_SLOW_S
+                    log.warning("spawn_events_writer_slow", waited_s=waited)
+        self._pending = []
         while self._thread.is_alive():
             self._thread.join(WRITER_SLOW_S)
             if self._thread.is_alive():

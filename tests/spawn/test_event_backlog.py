@@ -34,25 +34,54 @@ def _script(tmp_path) -> list[str]:
     return [sys.executable, "-c", f"import sys; sys.stdout.write(open({str(feed)!r}).read()); sys.stdout.flush()"]
 
 
-@pytest.mark.timeout(120)
-def test_a_database_held_back_past_the_writer_timeout_loses_no_event(db, tmp_path, monkeypatch):
-    from tests.spawn.test_launch_claim import classified_message, connect
-
-    monkeypatch.setattr(event_writer, "WRITER_SLOW_S", 0.5)  # the old code gave up after this long
-    locked, release, said = threading.Event(), threading.Event(), []
-
+def hear(monkeypatch, slow: threading.Event) -> list[str]:
+    """The writer's warnings, heard (their events, in order); `slow` set once it says it is slow."""
+    said: list[str] = []
     real = event_writer.log
 
-    class Heard:  # the writer's log, heard: the table is released once the writer said it is slow
+    class Heard:
         def __getattr__(self, name):
             return getattr(real, name)
 
         def warning(self, event, **kw):
             said.append(event)
             if event == "spawn_events_writer_slow":
-                release.set()
+                slow.set()
             return real.warning(event, **kw)
     monkeypatch.setattr(event_writer, "log", Heard())
+    return said
+
+
+@pytest.mark.timeout(30)
+def test_closing_behind_a_full_queue_says_it_is_slow_and_loses_nothing(monkeypatch):
+    """The stream ended while the writer is stuck and its queue full: `close` waits to hand
+    over the rest, saying so every WRITER_SLOW_S, never silently (nor dropping it)."""
+    monkeypatch.setattr(event_writer, "WRITER_SLOW_S", 0.2)
+    slow, stored = threading.Event(), []
+    said = hear(monkeypatch, slow)
+
+    def stuck(batch):  # the database, held until the writer says it is slow
+        assert slow.wait(10)
+        stored.extend(n for n, _ in batch)
+    writer = event_writer.EventWriter(stuck)
+    n = event_writer.QUEUE_BATCHES + 3  # one being written, a full queue, and more pending
+    for i in range(n):
+        writer.add([(i, {"n": i})])
+        time.sleep(0.01)
+    closing = threading.Thread(target=writer.close)
+    closing.start()
+    closing.join(10)
+    assert not closing.is_alive() and "spawn_events_writer_slow" in said
+    assert stored == list(range(n)) and writer.error is None and writer.unsaved == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_database_held_back_past_the_writer_timeout_loses_no_event(db, tmp_path, monkeypatch):
+    from tests.spawn.test_launch_claim import classified_message, connect
+
+    monkeypatch.setattr(event_writer, "WRITER_SLOW_S", 0.5)  # the old code gave up after this long
+    locked, release = threading.Event(), threading.Event()
+    said = hear(monkeypatch, release)  # the table is released once the writer said it is slow
     mid = classified_message(db, tmp_path)
     with connect(db) as conn, conn.transaction():
         claim = runner.claim_launch(conn, mid, model="sonnet")
