@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -32,6 +31,7 @@ import psycopg
 from _loop import services, stack
 from pipeline_latency import agent_script, classification, message, prepare, report, stamp_arrivals
 
+from synedre.celeryconfig import GROUPS
 from tests.services.claude_api import start_claude_api
 from tests.services.llm_server import start_llm_server
 from tests.services.smtp import start_smtp
@@ -131,7 +131,7 @@ def bare_worker(env: dict[str, str], logs: Path) -> float:
     app = logs / "bare_app.py"
     app.write_text(BARE_APP.format(broker=env["SYNEDRE_BROKER_URL"]))
     w = stack.Proc("bare", [sys.executable, "-m", "celery", "-A", "bare_app", "worker", "-P", "solo", "-Q", "bare",
-                            "-n", "bare@%h", "--without-gossip", "--without-mingle"],
+                            "--loglevel", "INFO", "-n", "bare@%h", "--without-gossip", "--without-mingle"],
                    {**env, "PYTHONPATH": str(logs)}, logs)
     try:
         w.wait_output(" ready.", 60)
@@ -148,8 +148,7 @@ def start_fleet(env: dict[str, str], logs: Path) -> stack.Proc:
         if not fleet.alive():
             raise RuntimeError(f"the fleet exited:\n{fleet.output()[-3000:]}")
         text = fleet.output()
-        workers = set(re.findall(r'fleet_child_started"?,? .*?"?child"?[=:] ?"?([\w-]+)', text)) - {"beat", "idle"}
-        return bool(workers) and text.count(" ready.") >= len(workers) and "idle_watching" in text
+        return text.count(" ready.") >= sum(g.processes for g in GROUPS.values()) and "idle_watching" in text
     stack.wait_for(ready, 180, "the fleet's workers and IDLE watcher", interval=0.5)
     return fleet
 
