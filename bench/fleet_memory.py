@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -142,6 +143,8 @@ def bare_worker(env: dict[str, str], logs: Path) -> float:
 
 
 def start_fleet(env: dict[str, str], logs: Path) -> stack.Proc:
+    """`synedre fleet`, once every worker and the IDLE watcher are up (stopped if they are not:
+    a fleet left running on the bench's broker would take the next run's tasks)."""
     fleet = stack.Proc("fleet", [sys.executable, "-m", "synedre.cli", "fleet"], env, logs)
 
     def ready() -> bool:
@@ -149,8 +152,21 @@ def start_fleet(env: dict[str, str], logs: Path) -> stack.Proc:
             raise RuntimeError(f"the fleet exited:\n{fleet.output()[-3000:]}")
         text = fleet.output()
         return text.count(" ready.") >= sum(g.processes for g in GROUPS.values()) and "idle_watching" in text
-    stack.wait_for(ready, 180, "the fleet's workers and IDLE watcher", interval=0.5)
+    try:
+        stack.wait_for(ready, 180, "the fleet's workers and IDLE watcher", interval=0.5)
+    except BaseException:
+        stop(fleet)
+        raise
     return fleet
+
+
+def stop(fleet: stack.Proc) -> None:
+    fleet.proc.send_signal(signal.SIGINT)  # Ctrl-C: the supervisor stops its children
+    try:
+        fleet.proc.wait(60)
+    except subprocess.TimeoutExpired:
+        pass
+    fleet.end()  # whatever of its group is left
 
 
 def burst(s, n: int) -> float:
@@ -205,11 +221,7 @@ def main() -> None:
                 print(f"fleet_memory under_load_max_mib={top.get('total', 0):.0f} (target <= {TARGET_MIB}) {verdict}"
                       f" loadavg={os.getloadavg()[0]:.1f}", flush=True)
             finally:
-                fleet.proc.send_signal(2)  # Ctrl-C: the supervisor stops its children
-                try:
-                    fleet.proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    fleet.end()
+                stop(fleet)
                 site.stop()
     finally:
         smtp.stop()
