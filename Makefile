@@ -34,8 +34,9 @@ try: system venv
 fleet: system venv
 	$(VENV)/bin/synedre fleet
 
-# Three pytest-xdist workers on the two cores (most tests wait on their services: ~600 s
-# against ~800 with two, whose CPU the workers' lighter start made room for),
+# Three pytest-xdist workers on the two cores (most tests wait on their services: 580-620 s
+# against ~800 with two; four are no faster, the cores being full, and a fault test's
+# recovery bound was missed under them),
 # a test file each at a time, the longest files first (tests/conftest.py): each worker has its
 # own PostgreSQL and Redis database (tests/services/stack.per_worker, four workers at most);
 # TEST_WORKERS=0 runs serially. The fifteen slowest tests are listed at the end.
