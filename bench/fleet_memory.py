@@ -98,21 +98,18 @@ def sample(supervisor: psutil.Process) -> dict[str, float]:
 
 
 class Peak(threading.Thread):
-    """Samples the fleet twice a second; keeps the sample of the largest total and each group's max."""
+    """Samples the fleet twice a second; keeps the sample of the largest total."""
 
     def __init__(self, supervisor: psutil.Process):
         super().__init__(daemon=True)
         self.supervisor, self.done = supervisor, threading.Event()
         self.peak: dict[str, float] = {}
-        self.groups: dict[str, float] = defaultdict(float)
 
     def run(self) -> None:
         while not self.done.wait(0.5):
             s = sample(self.supervisor)
             if s.get("total", 0) > self.peak.get("total", 0):
                 self.peak = dict(s)
-            for k, v in s.items():
-                self.groups[k] = max(self.groups[k], v)
 
     def stop(self) -> dict[str, float]:
         self.done.set()

@@ -57,17 +57,19 @@ def test_closing_behind_a_full_queue_says_it_is_slow_and_loses_nothing(monkeypat
     """The stream ended while the writer is stuck and its queue full: `close` waits to hand
     over the rest, saying so every WRITER_SLOW_S, never silently (nor dropping it)."""
     monkeypatch.setattr(event_writer, "WRITER_SLOW_S", 0.2)
-    slow, stored = threading.Event(), []
+    slow, writing, stored = threading.Event(), threading.Event(), []
     said = hear(monkeypatch, slow)
 
     def stuck(batch):  # the database, held until the writer says it is slow
+        writing.set()
         assert slow.wait(10)
         stored.extend(n for n, _ in batch)
     writer = event_writer.EventWriter(stuck)
     n = event_writer.QUEUE_BATCHES + 3  # one being written, a full queue, and more pending
-    for i in range(n):
+    writer.add([(0, {"n": 0})])
+    assert writing.wait(5)  # the first batch is in the stuck write: the next ones fill the queue
+    for i in range(1, n):
         writer.add([(i, {"n": i})])
-        time.sleep(0.01)
     closing = threading.Thread(target=writer.close)
     closing.start()
     closing.join(10)
