@@ -42,6 +42,7 @@ would still be needed. Its plugin list served as the checklist of token formats.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 from collections.abc import Callable
@@ -60,6 +61,9 @@ from synedre.redact.rules import (
 
 MAX_REMEMBERED = 1000  # values learned in one launch; configured secrets are not counted
 CLEAN_CACHE_LEN, CLEAN_CACHE_SIZE = 256, 100_000  # strings up to this long, this many at most
+# Every character `json.dumps` can write for an int or a float (`-1.5e+300`, `Infinity`, `NaN`):
+# an exact value made of others cannot be inside any number, which is then left unencoded.
+_NUMBER_CHARS = frozenset("0123456789+-.eEInfinityNaN")
 
 T = TypeVar("T")
 
@@ -78,6 +82,8 @@ class Redactor:
         # Short strings the passes left as they were, for the current exact set: a stream
         # repeats them (keys, types, ids) in every event. Emptied whenever the set changes.
         self._clean: set[str] = set()
+        self._keys: dict[str, tuple[bool, bool]] = {}  # clean keys, as `_clean`: their `_key_kind`
+        self._numeric = False  # whether an exact value could be found inside a number's JSON text
 
     def fresh(self) -> Redactor:
         """A new redactor of the same configured secrets that shares the work done on them
@@ -85,7 +91,7 @@ class Redactor:
         self._refresh()
         other = Redactor()
         other._configured, other._words = self._configured, set(self._words)
-        other._exact, other._stale = self._exact, False
+        other._exact, other._stale, other._numeric = self._exact, False, self._numeric
         return other
 
     @property
@@ -97,8 +103,10 @@ class Redactor:
         """Rebuilt at a public call's edges only, not for every value learned within it."""
         if self._stale:
             self._exact = _Exact(self._words) if self._words else None
+            self._numeric = any(_NUMBER_CHARS.issuperset(w) for w in self._words)
             self._stale = False
             self._clean.clear()
+            self._keys.clear()
 
     def _remember(self, value: str, kind: str) -> None:
         if len(value) < MIN_SECRET_LEN or (value, kind) in self._seen:  # decodings are never longer
@@ -188,35 +196,92 @@ class Redactor:
         return self._exact_pass(out) if self._end() else out
 
     def _obj(self, obj: Any) -> Any:
+        # The common JSON types are told by `type(…) is` and handled inline (`_dict`): a stream
+        # event is a dozen nodes, and a call per node was most of the reader's time. Anything
+        # else (a subclass, a tuple) takes the general path, which is the same logic. What
+        # nothing was hidden in is returned itself, not copied (`_dict`).
+        t = type(obj)
+        if t is str:
+            return obj if obj in self._clean else self._text(obj)
+        if t is dict:
+            return self._dict(obj)
+        if t is list:
+            return self._list(obj)
+        if obj is None or t is bool:
+            return obj
+        return self._other(obj)
+
+    def _other(self, obj: Any) -> Any:
         if isinstance(obj, str):
             return self._text(obj)
         if isinstance(obj, dict):
-            out = {}
-            for k, v in obj.items():
-                if not isinstance(k, str):
-                    out[k] = self._obj(v)
-                    continue
-                name, (secret_key, hint_key) = self._text(k), _key_kind(k)
-                if secret_key and isinstance(v, str) and v:
-                    out[name] = self._hide("json_secret", v)
-                elif hint_key and isinstance(v, str) and _hint_value(v):
-                    out[name] = self._hide("entropy_secret", v)
-                else:
-                    out[name] = self._obj(v)
-            return out
+            return self._dict(obj)
         if isinstance(obj, (list, tuple)):
             return [self._obj(v) for v in obj]
-        if isinstance(obj, (int, float)) and not isinstance(obj, bool) and self._exact:
+        if isinstance(obj, (int, float)) and not isinstance(obj, bool) and self._numeric:
             # A secret of digits (a PIN, a numeric password) written as a JSON number: the
             # number becomes the marker's string, since no number can stand for one.
             text = json.dumps(obj)
             return obj if (hidden := self._exact_pass(text)) == text else hidden
         return obj
 
+    def _list(self, obj: list[Any]) -> list[Any]:
+        out = None
+        for i, v in enumerate(obj):
+            new = self._obj(v)
+            if out is None:
+                if new is v:
+                    continue
+                out = obj[:i]
+            out.append(new)
+        return obj if out is None else out
+
+    def _dict(self, obj: dict[Any, Any]) -> dict[Any, Any]:
+        """`obj` itself if nothing in it changed, else a new dict from the first change on:
+        most events hide nothing, and copying each cost as much as walking it."""
+        out: dict[Any, Any] | None = None
+        clean, keys = self._clean, self._keys
+        for i, (k, v) in enumerate(obj.items()):
+            if (kind := keys.get(k)) is not None:  # a key seen clean: a stream repeats its keys
+                name = k
+            elif isinstance(k, str):
+                name, kind = self._text(k), _key_kind(k)
+                if name is k and len(k) <= CLEAN_CACHE_LEN and len(keys) < CLEAN_CACHE_SIZE:
+                    keys[k] = kind
+            else:
+                name, kind = k, None
+            if kind is None:
+                new = self._obj(v)
+            elif type(v) is str:
+                secret_key, hint_key = kind
+                if secret_key and v:
+                    new = self._hide("json_secret", v)
+                elif hint_key and _hint_value(v):
+                    new = self._hide("entropy_secret", v)
+                else:
+                    new = v if v in clean else self._text(v)
+            elif (kind[0] or kind[1]) and isinstance(v, str):
+                new = self._member(kind[0], v)
+            else:
+                new = self._obj(v)
+            if out is None:
+                if name is k and new is v:
+                    continue
+                out = dict(itertools.islice(obj.items(), i))
+            out[name] = new
+        return obj if out is None else out
+
+    def _member(self, secret_key: bool, v: str) -> str:
+        """A str subclass under a secret or secret-ish key: as `_dict` does for a str."""
+        if secret_key and v:
+            return self._hide("json_secret", v)
+        return self._hide("entropy_secret", v) if _hint_value(v) else self._text(v)
+
     def redact_obj(self, obj: T) -> T:
         """Every string of a JSON-like value, keys included; a string under a key whose name
         looks secret (`"api_key": …`, an MCP tool's `token` argument) is hidden whole. If the
-        object taught the redactor a value, its strings are checked for it once more."""
+        object taught the redactor a value, its strings are checked for it once more. The input
+        is never changed; what nothing was hidden in comes back as it was, not copied."""
         self._begin()
         out = self._obj(obj)
         return _map_strings(out, self._exact_pass) if self._end() else out
