@@ -98,14 +98,47 @@ MESSAGE_TABLES = "audit_log, attachments, email_states, negotiations, advices, r
                  "agent_ask_events, agent_asks, incidents"
 
 
+# The tables MESSAGE_TABLES reach through foreign keys (what `TRUNCATE ... CASCADE` would
+# empty), and the sequences they own: found once per session.
+_REACH = """WITH RECURSIVE reach(oid) AS (
+  SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+   WHERE n.nspname = 'synedre' AND c.relname = ANY(%s)
+  UNION SELECT con.conrelid FROM pg_constraint con JOIN reach r ON con.confrelid = r.oid WHERE con.contype = 'f')
+SELECT r.oid::regclass::text, array_remove(array_agg(d.objid::regclass::text), NULL) FROM reach r
+  LEFT JOIN pg_depend d ON d.refobjid = r.oid AND d.classid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')
+   AND (SELECT relkind FROM pg_class WHERE oid = d.objid) = 'S'
+ GROUP BY r.oid"""
+_emptied: dict[str, tuple[str, list[str], str]] = {}
+
+
+def empty_message_tables(conn) -> None:
+    """What `TRUNCATE <MESSAGE_TABLES> RESTART IDENTITY CASCADE` does, in a few milliseconds
+    instead of ~130 (a TRUNCATE makes new files for every table it reaches, a test at a time):
+    the rows of the tables that hold any deleted with the foreign keys' triggers off, every
+    sequence of those tables restarted."""
+    key = conn.info.dsn
+    if key not in _emptied:
+        found = conn.execute(_REACH, ([t.strip() for t in MESSAGE_TABLES.split(",")],)).fetchall()
+        holding = " UNION ALL ".join(f"(SELECT '{t}' WHERE EXISTS (SELECT 1 FROM {t}))" for t, _ in found)
+        restart = "; ".join(f"ALTER SEQUENCE {s} RESTART" for _, seqs in found for s in seqs)
+        _emptied[key] = (holding, [t for t, _ in found], restart)
+    holding, _tables, restart = _emptied[key]
+    full = [t for (t,) in conn.execute(holding).fetchall()]
+    with conn.transaction():
+        if full:
+            conn.execute("SET LOCAL session_replication_role = replica")
+            for t in full:
+                conn.execute(f"DELETE FROM {t}")
+        conn.execute(restart)
+
+
 @pytest.fixture
 def db(pg_url, tmp_path, monkeypatch):
     """A database with the schema and seeds but no messages nor directory; settings point at it."""
     import psycopg
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {', '.join('synedre.' + t.strip() for t in MESSAGE_TABLES.split(','))} "
-                     "RESTART IDENTITY CASCADE")
+        empty_message_tables(conn)
     monkeypatch.setenv("SYNEDRE_STATE_DIR", str(tmp_path / "state"))
     _reset_settings()
     yield pg_url

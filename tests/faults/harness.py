@@ -66,7 +66,7 @@ OVERTIME_S = 40.0
 # lifetime, shortened from their defaults (15 s, 40 s, 60 s) so that a scenario takes a
 # fraction of the time; every bound below derives from them.
 SWEEP_EVERY_S = 5.0
-LOCK_TTL_S = 20.0
+LOCK_TTL_S = 15.0
 CLAIM_LEASE_S = 12.0  # a killed worker's claim is offered again this soon (the default: 40 s)
 # The recap's draft reply goes through the same LLM after a launch: its fixed opening.
 DRAFT_MARK = DRAFT_SYSTEM.split("{", 1)[0]

@@ -21,15 +21,16 @@ slot. The fault lands then, and everything is counted from outside the fleet:
   founder told of each once (its recap, or its alert).
 
 The fleet runs with its launch locks' lifetime and its sweep period shortened
-(`harness.LOCK_TTL_S` 20 s, `harness.SWEEP_EVERY_S` 5 s, through their settings), so each
-agent works about 13 s. Measured alone on the 2-core machine: the Redis case 45 s, peak 3
-agents, 0 double launches, 6/6 rows terminal (the 3 running at the fault stopped
-`interrupted` at their next renewal, the 3 queued succeeded), the next agent 4.5 s after
-Redis answered again; the PostgreSQL case 51 s, peak 3, 0 double, 6/6 succeeded, the next
-agent 15 s after the restart, 3.5 s after the first running one finished. With a 30 s
-lifetime the same cases took 83 and 69 s, with the defaults (60 s, 15 s) 110-146 s. Before the
-product fixes made with this suite, the Redis case failed in each run tried: 4 agents at
-once, the running launches failed twice, queued ones interrupted at once in a worker whose
+(`harness.LOCK_TTL_S` 15 s, `harness.SWEEP_EVERY_S` 5 s, through their settings), so each agent
+works about 10 s. Measured alone on the 2-core machine: the Redis case 39 s, the PostgreSQL case
+46 s (peak 3, 0 double, 6/6 terminal, the next agent 4.7 and 12.8 s after the fault's end). With
+a 20 s lifetime: the Redis case 45 s, peak 3 agents, 0 double launches, 6/6 rows terminal (the 3
+running at the fault stopped `interrupted` at their next renewal, the 3 queued succeeded), the
+next agent 4.5 s after Redis answered again; the PostgreSQL case 51 s, peak 3, 0 double, 6/6
+succeeded, the next agent 15 s after the restart, 3.5 s after the first running one finished.
+With a 30 s lifetime the same cases took 83 and 69 s, with the defaults (60 s, 15 s) 110-146 s.
+Before the product fixes made with this suite, the Redis case failed in each run tried: 4 agents
+at once, the running launches failed twice, queued ones interrupted at once in a worker whose
 earlier launch had lost its lock.
 
 Machinery: tests/faults/harness.py. Run with `-s` to see the figures.
