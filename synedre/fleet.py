@@ -117,7 +117,7 @@ def worker_env(g) -> dict[str, str]:
 
 def children(flower: bool = False) -> list[Child]:
     py = sys.executable
-    out = [Child("beat", [py, "-m", "celery", "-A", "tasks", "beat", "--loglevel", "INFO",
+    out = [Child("beat", [py, "-m", "tasks", "beat", "--loglevel", "INFO",
                           "-S", "redbeat.RedBeatScheduler"]),
            Child("idle", [py, "-m", "synedre.cli", "idle"])]
     if flower:  # `synedre flower` execs Flower: loopback, credentials only in its environment

@@ -51,3 +51,11 @@ def test_every_task_is_registered_without_any_stage_s_code_and_a_worker_loads_it
     everything = loaded("-")  # a worker started without -Q consumes every queue: all of it, at start
     assert {"synedre.stages.spawn", "synedre.stages.qa", "synedre.stages.poll", "synedre.stages.recap"} \
         <= set(everything["after"])
+
+
+def test_the_fleet_starts_beat_and_its_workers_without_celery_s_command_line():
+    from synedre import fleet
+
+    argvs = {c.name: c.argv for c in fleet.children()}
+    assert argvs["beat"][1:4] == ["-m", "tasks", "beat"]
+    assert all(argv[1:4] == ["-m", "tasks", "worker"] for name, argv in argvs.items() if name not in ("beat", "idle"))

@@ -247,7 +247,7 @@ def spawn_one(env: dict[str, str], log_dir: Path, mid: int, done: Callable[[], o
 
 
 def celery_beat(env: dict[str, str], log_dir: Path) -> Proc:
-    return Proc("beat", [sys.executable, "-m", "celery", "-A", "tasks", "beat", "--loglevel",
+    return Proc("beat", [sys.executable, "-m", "tasks", "beat", "--loglevel",
                          "INFO", "-S", "redbeat.RedBeatScheduler"], env, log_dir)
 
 
