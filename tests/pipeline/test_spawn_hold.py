@@ -44,9 +44,13 @@ def test_paused_launches_are_held_once_each_and_resume_launches_each_once(servic
 
     worker = stack.celery_worker(env, services["logs"], queues="spawn", concurrency=3)
     try:
-        stack.wait_for(lambda: r.llen("spawn") == 0 and all(
-            "held: launches paused" in (json.loads(cli(env, "inspect", str(m), "--json"))["waiting"] or "")
-            for m in ids), 60, "every message held")
+        # watched in PostgreSQL (a `synedre inspect` per message and per look burnt a core meanwhile),
+        # then said by the CLI
+        stack.wait_for(lambda: r.llen("spawn") == 0 and q(
+            url, "SELECT count(DISTINCT message_id) FROM synedre.audit_log WHERE event = 'spawn_held'") == [(3,)],
+            60, "every message held", interval=0.2)
+        for m in ids:
+            assert "held: launches paused" in (json.loads(cli(env, "inspect", str(m), "--json"))["waiting"] or "")
         shown = cli(env, "inspect", str(ids[0]))
         assert "waiting: held: launches paused" in shown and "maintenance" in shown
         for _ in range(3):

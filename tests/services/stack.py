@@ -63,7 +63,10 @@ def git(repo: Path, *args: str) -> str:
                           capture_output=True, text=True, timeout=30).stdout.strip()
 
 
-def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05):
+def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.2):
+    """`predicate()`'s first true value, looked at every `interval` s. A look is often a query
+    on a connection of its own (`q`: ~5 ms of CPU with its server process): every 50 ms that
+    was a tenth of a core for each waiting test. A test bounding a latency says its interval."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()

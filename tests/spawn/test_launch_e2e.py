@@ -239,7 +239,7 @@ def test_ten_messages_on_two_workers_never_run_more_than_three_agents(services, 
     def sample():
         while not done.is_set():
             peak[0] = max(peak[0], agents_running(str(tmp_path)))
-            time.sleep(0.05)
+            time.sleep(0.25)  # each agent lives 1.5 s at least; a look at every process costs ~15-40 ms
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
