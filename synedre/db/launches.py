@@ -113,24 +113,43 @@ def record_cost(conn: Conn, c: LaunchClaim, usd: float | None) -> float:
 def add_events(conn: Conn, c: LaunchClaim, first_seq: int,
                events: Iterable[tuple[str, str | None, str | None, dict]]) -> int:
     """Append (type, subtype, tool, payload) rows from `first_seq`; returns the next seq.
-    One statement per batch (arrays unnested server-side), not one per row: a long stream
-    persists at a fraction of COPY's cost instead of a round trip per event."""
-    _fence(conn, c)
+    A batch whose seqs are all past the launch's last stored one (every batch of a stream
+    written once) is COPYed straight into the table; one that may repeat stored rows (a
+    write tried again after a commit whose answer was lost, a resumed stream) goes through a
+    staging table and `ON CONFLICT DO NOTHING`: each (launch, seq) is stored once either way.
+    A payload that carries its JSON text (`json_text`, as `spawn.stream.Decoded` does: the
+    line it was decoded from, which redaction left as it was) is stored from that text,
+    not encoded again."""
     batch = list(events)
+    # The fence and the launch's last seq in one round trip: the row lock is the fence's.
+    row = conn.execute("SELECT (SELECT max(seq) FROM synedre.launch_events WHERE launch_id = %s) AS last"
+                       " FROM synedre.email_states WHERE message_id = %s AND launch_attempt = %s FOR SHARE",
+                       (c.launch_id, c.message_id, c.attempt)).fetchone()
+    if row is None:
+        raise FencedOut(f"message {c.message_id}: attempt {c.attempt} was superseded")
     if not batch:
         return first_seq
-    # COPY into a per-transaction staging table (psycopg's copy is C-accelerated; the
-    # arrays of one unnest statement were adapted in Python), then one INSERT from it.
-    conn.execute("CREATE TEMP TABLE IF NOT EXISTS launch_events_in (LIKE synedre.launch_events"
-                 " INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
-    with conn.cursor().copy("COPY launch_events_in (launch_id, seq, event_type, subtype, tool_name, payload)"
-                            " FROM STDIN") as copy:
-        for n, (t, st, tn, p) in enumerate(batch):
-            copy.write_row((c.launch_id, first_seq + n, t, st, tn, json.dumps(p)))
-    conn.execute("INSERT INTO synedre.launch_events (launch_id, seq, event_type, subtype, tool_name, payload)"
-                 " SELECT launch_id, seq, event_type, subtype, tool_name, payload FROM launch_events_in"
-                 " ON CONFLICT DO NOTHING")
+    fresh = row["last"] is None or row["last"] < first_seq
+    if not fresh:
+        # A per-transaction staging table, then one INSERT from it that skips what is stored.
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS launch_events_in (LIKE synedre.launch_events"
+                     " INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
+    table = "synedre.launch_events" if fresh else "launch_events_in"
+    with conn.cursor().copy(f"COPY {table} ({_EVENT_COLUMNS}) FROM STDIN") as copy:
+        for n, (t, st, tn, p) in enumerate(batch, first_seq):
+            copy.write_row((c.launch_id, n, t, st, tn, json.dumps(p) if type(p) is dict else _json_text(p)))
+    if not fresh:
+        conn.execute(f"INSERT INTO synedre.launch_events ({_EVENT_COLUMNS}) SELECT {_EVENT_COLUMNS}"
+                     " FROM launch_events_in ON CONFLICT DO NOTHING")
     return first_seq + len(batch)
+
+
+_EVENT_COLUMNS = "launch_id, seq, event_type, subtype, tool_name, payload"
+
+
+def _json_text(payload: Any) -> str:
+    text = getattr(payload, "json_text", None)
+    return text if isinstance(text, str) else json.dumps(payload)
 
 
 def next_seq(conn: Conn, launch_id: int) -> int:

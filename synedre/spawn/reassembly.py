@@ -15,7 +15,7 @@ from typing import IO, Any
 
 from synedre.redact import Redactor
 from synedre.redact.pieces import merge_pieces
-from synedre.spawn.stream import Event, LineReader, ResultMessage, StreamParseError, SystemInit, parse_event
+from synedre.spawn.stream import Decoded, Event, LineReader, ResultMessage, StreamParseError, SystemInit, parse_event
 
 
 @dataclass(frozen=True)
@@ -92,22 +92,27 @@ class Reassembler:
         # Each message's text joined is redacted before its blocks: see `merge_pieces`.
         messages = [blocks for blocks in _text_blocks(held).values() if len(blocks) > 1]
         wholes = [self.redactor.redact_text("".join(raw for *_, raw in blocks)) for blocks in messages]
-        # Redact first: nothing below, nor any file or callback, ever sees the raw line.
+        # Redact first: nothing below, nor any file or callback, ever sees the raw line. What
+        # nothing was hidden in comes back itself: a `Decoded` there keeps its line's text.
         safe = [self.redactor.redact_obj(_delta_lengths(obj)) for obj in held]
         for blocks, whole in zip(messages, wholes, strict=True):
             # redact_obj keeps the structure, and these keys (words: never remembered).
-            found = [(_block_at(safe[n], i), key) for n, i, key, _ in blocks]
-            alone = [b.get(key) if isinstance(b, dict) else None for b, key in found]
-            for (b, key), text in zip(found, merge_pieces(whole, [a or "" for a in alone]), strict=True):
-                if isinstance(b, dict) and isinstance(b.get(key), str):
+            found = [(n, _block_at(safe[n], i), key) for n, i, key, _ in blocks]
+            alone = [b.get(key) if isinstance(b, dict) else None for _, b, key in found]
+            for (n, b, key), text in zip(found, merge_pieces(whole, [a or "" for a in alone]), strict=True):
+                if isinstance(b, dict) and isinstance(b.get(key), str) and b[key] != text:
                     b[key] = text
+                    if type(safe[n]) is Decoded:  # its line's text no longer says what it holds
+                        safe[n] = dict(safe[n])
         for obj in safe:
             try:
                 event: AnyEvent = parse_event(obj)
             except StreamParseError as exc:
                 event = UnparsedEvent(exc.message, obj)
             if self.ndjson:
-                self.ndjson.write(json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n")
+                # What redaction left as it was is written as it came (a Decoded keeps its line).
+                line = obj.json_text if type(obj) is Decoded else json.dumps(obj, ensure_ascii=False)
+                self.ndjson.write(line.encode("utf-8") + b"\n")
             batch.append((event, obj))
             self.events += 1
             if isinstance(event, SystemInit) and self.session_id is None:

@@ -244,6 +244,18 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
+class Decoded(dict[str, Any]):
+    """A stream object as `LineReader` decoded it, with the JSON text of its line
+    (`json_text`): stored as it came, it need not be encoded again (`Reassembler` keeps the
+    text only for an object redaction returned unchanged; `launches.add_events` reads it).
+    Whoever changes one in place must store a plain `dict(obj)` copy instead."""
+    __slots__ = ("json_text",)
+
+    def __init__(self, obj: dict[str, Any], json_text: str):
+        super().__init__(obj)
+        self.json_text = json_text
+
+
 class LineReader:
     """Incremental NDJSON reader for a pty: feed raw chunks, get whole JSON objects back.
 
@@ -252,7 +264,8 @@ class LineReader:
     counted in `skipped`. A line is decoded only once complete, so a UTF-8 character
     split across reads is intact (0x0A never occurs inside a multi-byte sequence). A line
     over `max_line` bytes is dropped up to its newline and counted in `oversized`, never
-    buffered without bound. `closed` is set by `close`: the stream has ended.
+    buffered without bound. `closed` is set by `close`: the stream has ended. Each object
+    comes back as a `Decoded`, which keeps its line's text.
     """
 
     def __init__(self, max_line: int = MAX_LINE_BYTES):
@@ -263,6 +276,8 @@ class LineReader:
         self._chunks: list[bytes] = []  # joined once per line: no quadratic concatenation
         self._size = 0
         self._dropping = False
+        # One decoder for the reader's lines: `json.loads` with an option builds a new one per call.
+        self._decode = json.JSONDecoder(parse_constant=_reject_constant).decode
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -307,9 +322,10 @@ class LineReader:
         if not line.startswith(b"{"):
             self.skipped += 1
             return
+        text = line.decode("utf-8", errors="replace")
         try:
-            obj = json.loads(line.decode("utf-8", errors="replace"), parse_constant=_reject_constant)
+            obj = self._decode(text)
         except (ValueError, RecursionError):  # RecursionError: absurdly nested noise
             self.skipped += 1
             return
-        out.append(obj)
+        out.append(Decoded(obj, text))  # a line starting with `{` that decodes is an object
