@@ -4,10 +4,9 @@ The browser is Debian's Chromium driven by Playwright's sync API, started throug
 `chromium-as-qa` beside this file: its own sandbox on, as an unprivileged user, the fleet's
 files hidden (`Browser`, `confinement`). A QA worker's process may keep one for check after
 check (`keep_browser`, `kept_browser`). `load_page` loads a page there and gathers its console
-errors, uncaught page errors and failed requests (cut to `MAX_EVENT_CHARS`, at most
-`MAX_EVENTS` of each kind, through `redact`), and its full-page screenshot (file 0600,
-directories 0700), in the browser's one page (`_Tab`): reused check after check, everything a
-check could leave for the next one cleared in between.
+errors, uncaught page errors and failed requests (page_events.py: cut, bounded, redacted), and
+its full-page screenshot (file 0600, directories 0700), in the browser's one page (`_Tab`):
+reused check after check, everything a check could leave for the next one cleared in between.
 """
 from __future__ import annotations
 
@@ -18,22 +17,21 @@ import pwd
 import re
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from playwright.sync_api import (
-    ConsoleMessage,
     Error as PlaywrightError,
     Page,
     Request as PlaywrightRequest,
-    Response,
     TimeoutError as PlaywrightTimeoutError,
     sync_playwright,
 )
 
 from synedre.config import Settings, get_settings
+from synedre.orchestrate.page_events import MAX_EVENT_CHARS, Events, write_private
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Debian's chromium, not a Playwright-downloaded build, started through this wrapper (its
@@ -51,8 +49,6 @@ DEFAULT_TIMEOUT_S = 30.0
 # After `load`, up to this long for the network to go idle, so errors thrown from a
 # short timer or a late fetch are seen; a page that polls forever is checked as it is then.
 SETTLE_S = 3.0
-MAX_EVENTS = 50
-MAX_EVENT_CHARS = 500
 # Clearing a page between checks is a few round trips to the browser; a page that holds its
 # renderer longer than this (a script in a loop) gets its context closed instead.
 CLEAR_TIMEOUT_S = 5.0
@@ -315,71 +311,6 @@ def _first_line(e: PlaywrightError) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-@dataclass
-class _Events:
-    redact: Callable[[str], str]
-    origin: str
-    console: list[tuple[str, str]] = field(default_factory=list)  # (text, source url)
-    page: list[str] = field(default_factory=list)
-    failed: list[tuple[str, str]] = field(default_factory=list)  # (text, url)
-
-    def on_console(self, msg: ConsoleMessage) -> None:
-        if msg.type != "error":
-            return
-        source = (msg.location or {}).get("url", "")
-        parts = urlsplit(source)
-        if msg.text.startswith("Failed to load resource") and parts.path == "/favicon.ico" \
-                and f"{parts.scheme}://{parts.netloc}" == self.origin:
-            return  # Chromium's own favicon probe, not a request of the page
-        self.console.append((msg.text + (f" ({source})" if source else ""), source))
-
-    def on_page_error(self, err: PlaywrightError) -> None:
-        frames = [ln.strip() for ln in (err.stack or "").splitlines() if ln.strip().startswith("at ")]
-        text = f"{err.name}: {err.message}" if err.name else err.message
-        self.page.append(text + (f" {frames[0]}" if frames else ""))
-
-    def on_request_failed(self, request: PlaywrightRequest) -> None:
-        self.failed.append((f"{request.method} {request.url}: {request.failure}", request.url))
-
-    def on_response(self, response: Response) -> None:
-        req = response.request
-        if response.status < 400 or (req.is_navigation_request() and req.frame.parent_frame is None):
-            return  # the document's own status is level 1's
-        self.failed.append((f"{req.method} {response.url}: HTTP {response.status}", response.url))
-
-    def _bounded(self, items: list[str]) -> tuple[str, ...]:
-        kept = [self.redact(t[:MAX_EVENT_CHARS]) for t in items[:MAX_EVENTS]]
-        if len(items) > MAX_EVENTS:
-            kept.append(f"... and {len(items) - MAX_EVENTS} more")
-        return tuple(kept)
-
-    def results(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-        failed_urls = {url for _, url in self.failed}
-        console = [t for t, src in self.console
-                   if not (t.startswith("Failed to load resource") and src in failed_urls)]
-        return self._bounded(console), self._bounded(self.page), self._bounded([t for t, _ in self.failed])
-
-
-def _private_dir(path: Path) -> None:
-    """Create `path` and its missing parents 0700; an existing directory is left as it is."""
-    missing = []
-    p = path
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
-    for d in reversed(missing):
-        d.mkdir(mode=0o700, exist_ok=True)
-        os.chmod(d, 0o700)  # mkdir's mode is masked by the umask
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    _private_dir(path.parent)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(path, 0o600)
-
-
 def _settle(page: Page, timeout_s: float) -> None:
     try:
         page.wait_for_load_state("networkidle", timeout=min(timeout_s, SETTLE_S) * 1000)
@@ -403,7 +334,7 @@ def load_page(browser: Browser, url: str, shot_path: Path, timeout_s: float,
     nothing of it seen by the next check), its events gathered, its screenshot written to
     `shot_path`."""
     parts = urlsplit(url)
-    events = _Events(redact=redact, origin=f"{parts.scheme}://{parts.netloc}")
+    events = Events(redact=redact, origin=f"{parts.scheme}://{parts.netloc}")
     error: str | None = None
     screenshot: Path | None = None
     with browser.page() as page:
@@ -418,7 +349,7 @@ def load_page(browser: Browser, url: str, shot_path: Path, timeout_s: float,
         except PlaywrightError as e:
             error = redact(f"browser: {_first_line(e)}"[:MAX_EVENT_CHARS])
         else:
-            _write_private(shot_path, png)
+            write_private(shot_path, png)
             screenshot = shot_path
         finally:  # the page outlives the check: what it does next is not this check's
             page.remove_listener("console", events.on_console)
