@@ -18,8 +18,7 @@
 Every network and browser call has a timeout (the `timeout_s` given, per call); the
 browser is always closed. Browser-side messages are cut to `page_events.MAX_EVENT_CHARS`, at
 most `page_events.MAX_EVENTS` of each kind are kept, and they go through `redact` (a failed URL
-may carry
-a token). A resource that failed is reported once, under failed requests, not again as
+may carry a token). A resource that failed is reported once, under failed requests, not again as
 the console's "Failed to load resource"; the browser's own `/favicon.ico` probe (not a
 request of the page) is not reported.
 
