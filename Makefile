@@ -34,13 +34,12 @@ try: system venv
 fleet: system venv
 	$(VENV)/bin/synedre fleet
 
-# Three pytest-xdist workers on the two cores (most tests wait on their services: 580-620 s
-# against ~800 with two; four are no faster, the cores being full, and a fault test's
-# recovery bound was missed under them),
+# Four pytest-xdist workers on the two cores (most tests wait on their services; with the
+# suite's CPU cut, a fresh clone's .ci/run took 532 s with four against 607 s with three),
 # a test file each at a time, the longest files first (tests/conftest.py): each worker has its
 # own PostgreSQL and Redis database (tests/services/stack.per_worker, four workers at most);
 # TEST_WORKERS=0 runs serially. The fifteen slowest tests are listed at the end.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 test: system venv
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
