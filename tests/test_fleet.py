@@ -12,6 +12,21 @@ from tests.conftest import CORPUS
 from tests.services import stack
 
 
+def test_beat_started_without_celery_s_command_line_sends_the_sweep_on_its_period(redis_db, tmp_path):
+    """`python -m tasks beat` (the fleet's beat): RedBeat, the app's schedule, the sweep queued
+    on the poll queue every SYNEDRE_SWEEP_EVERY_S."""
+    env = {**os.environ, "SYNEDRE_SWEEP_EVERY_S": "1", "SYNEDRE_MAILBOXES_FILE": str(tmp_path / "none.toml")}
+    beat = stack.celery_beat(env, tmp_path)
+    try:
+        def sweeps() -> int:
+            return sum(b'"synedre.sweep"' in m for m in redis_db.lrange("poll", 0, -1))
+        stack.wait_for(lambda: sweeps() >= 2, 30, "two sweeps sent by beat")
+        assert "redbeat.schedulers.RedBeatScheduler" in beat.output() and "Traceback" not in beat.output()
+        assert beat.proc.args[1:4] == ["-m", "tasks", "beat"]  # not Celery's command line
+    finally:
+        beat.end()
+
+
 @pytest.mark.timeout(180)
 def test_fleet_ingests_new_mail_through_idle_and_stops_cleanly_on_ctrl_c(services):
     # Beat's safety-net poll is pushed out of the way: only IDLE can bring the mail in.
@@ -75,19 +90,3 @@ def test_killing_the_fleet_outright_takes_its_workers_down(services):
         for c in children:
             with contextlib.suppress(psutil.NoSuchProcess):
                 c.kill()
-
-
-def test_beat_started_without_celery_s_command_line_sends_the_sweep_on_its_period(redis_db, tmp_path):
-    """`python -m tasks beat` (the fleet's beat): RedBeat, the app's schedule, the sweep queued
-    on the poll queue every SYNEDRE_SWEEP_EVERY_S."""
-    env = {**os.environ, "SYNEDRE_SWEEP_EVERY_S": "1", "SYNEDRE_MAILBOXES_FILE": str(tmp_path / "none.toml")}
-    beat = stack.celery_beat(env, tmp_path)
-    try:
-        def sweeps() -> int:
-            return sum(b'"synedre.sweep"' in m for m in redis_db.lrange("poll", 0, -1))
-        stack.wait_for(lambda: sweeps() >= 2, 30, "two sweeps sent by beat")
-        assert "redbeat.schedulers.RedBeatScheduler" in beat.output() and "Traceback" not in beat.output()
-        assert beat.proc.args[1:4] == ["-m", "tasks", "beat"]  # not Celery's command line
-    finally:
-        beat.end()
-

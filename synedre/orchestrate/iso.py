@@ -48,10 +48,6 @@ AA_COLOR = (255, 255, 0)  # pixelmatch's colour for an anti-aliased pixel (diffe
 _AA_MARGIN = 3
 
 
-class IsoError(Exception):
-    """The mock-up (or screenshot) cannot be read as an image."""
-
-
 @dataclass(frozen=True)
 class IsoResult:
     mockup: Path
@@ -70,6 +66,10 @@ class IsoResult:
     @property
     def ok(self) -> bool:
         return self.mismatch_ratio <= self.threshold
+
+
+class IsoError(Exception):
+    """The mock-up (or screenshot) cannot be read as an image."""
 
 
 def load_image(path: Path) -> Image.Image:
