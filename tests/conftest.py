@@ -108,7 +108,7 @@ SELECT r.oid::regclass::text, array_remove(array_agg(d.objid::regclass::text), N
   LEFT JOIN pg_depend d ON d.refobjid = r.oid AND d.classid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')
    AND (SELECT relkind FROM pg_class WHERE oid = d.objid) = 'S'
  GROUP BY r.oid"""
-_emptied: dict[str, tuple[str, list[str], str]] = {}
+_emptied: dict[str, tuple[str, str]] = {}
 
 
 def empty_message_tables(conn) -> None:
@@ -121,8 +121,8 @@ def empty_message_tables(conn) -> None:
         found = conn.execute(_REACH, ([t.strip() for t in MESSAGE_TABLES.split(",")],)).fetchall()
         holding = " UNION ALL ".join(f"(SELECT '{t}' WHERE EXISTS (SELECT 1 FROM {t}))" for t, _ in found)
         restart = "; ".join(f"ALTER SEQUENCE {s} RESTART" for _, seqs in found for s in seqs)
-        _emptied[key] = (holding, [t for t, _ in found], restart)
-    holding, _tables, restart = _emptied[key]
+        _emptied[key] = (holding, restart)
+    holding, restart = _emptied[key]
     full = [t for (t,) in conn.execute(holding).fetchall()]
     with conn.transaction():
         if full:
