@@ -195,15 +195,19 @@ class WorkerGroup(NamedTuple):
     processes: int = 1
 
 
-# Classification mostly waits on the LLM, so it runs on threads to overlap those waits,
-# in two processes to use two cores. Launches: at most 3 at once per worker (and fleet-wide).
+# A lean fleet (2 GB server): every group whose work waits on something else (IMAP, clamd,
+# Tesseract's process, the LLM, ./deploy, SMTP) runs on threads in one process: a thread
+# costs a few MiB where a prefork child costs ~40. Launches stay prefork, one per process
+# (the umask of synedre/spawn/workspace.py is process-wide), at most 3 at once per worker
+# (and fleet-wide); QA too, its one child keeping one Chromium while checks come (tasks/qa.py).
+# Thread pools have no Celery time limit: every external call has its own timeout.
 WORKER_GROUPS = {
-    "ingest": WorkerGroup(2),
-    "read": WorkerGroup(2),
-    "classify": WorkerGroup(12, "threads", processes=2),
+    "ingest": WorkerGroup(2, "threads"),
+    "read": WorkerGroup(2, "threads"),
+    "classify": WorkerGroup(12, "threads"),
     "spawn": WorkerGroup(3),
-    "after": WorkerGroup(2),  # deploy and recap
-    "qa": WorkerGroup(2),  # scaled horizontally: `celery -A tasks worker -Q qa` on more machines
+    "after": WorkerGroup(2, "threads"),  # deploy and recap
+    "qa": WorkerGroup(1),  # one Chromium; scaled horizontally: `celery -A tasks worker -Q qa` on more machines
 }
 
 

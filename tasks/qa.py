@@ -8,7 +8,7 @@ from tasks._common import RETRY, StageCode, advance, bind
 from tasks.app import app, enqueue
 
 qa_stage = StageCode("synedre.stages.qa", "synedre.qa", "synedre.qa_route")
-browser = StageCode("synedre.orchestrate.browser", "synedre.qa_route")
+browser = StageCode("synedre.orchestrate.browser_thread", "synedre.qa_route")
 
 
 @app.task(name="synedre.qa", bind=True, soft_time_limit=300, time_limit=330, **RETRY)
@@ -25,26 +25,16 @@ def qa(self, message_id: int) -> str:
 @app.task(name="synedre.qa_route", bind=True, soft_time_limit=600, time_limit=660, **RETRY)
 def qa_route(self, message_id: int) -> str:
     mid = bind(self, message_id)
-    try:
-        return advance(mid, qa_stage.check_one(mid))
-    finally:
-        idle_browser()
-
-
-def idle_browser() -> None:
-    """Started when QA needs it, closed when idle: once no route waits, this worker's kept
-    Chromium (~0.5 GiB with its driver) is closed; the next check starts one (~0.7 s)."""
-    if browser.loaded and not qa_stage.routes_waiting():
-        browser.close_kept_browser()
+    return advance(mid, qa_stage.check_one(mid))
 
 
 @worker_process_init.connect
 def _keep_browser(**_):
     if browser.loaded:  # a QA worker's child (its parent loaded the browser's code)
-        browser.keep_browser()  # one Chromium per worker child, for route after route
+        browser.keep()  # one Chromium per worker child, for route after route, closed when idle
 
 
 @worker_process_shutdown.connect
 def _close_browser(**_):
     if browser.loaded:
-        browser.close_kept_browser()
+        browser.stop()

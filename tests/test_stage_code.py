@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from synedre.pipeline import STAGES
 from tests.services import stack
 
 pytestmark = pytest.mark.unit
@@ -40,6 +41,7 @@ def test_every_task_is_registered_without_any_stage_s_code_and_a_worker_loads_it
     assert {"synedre.classify", "synedre.qa_route", "synedre.spawn", "synedre.poll", "synedre.recap"} \
         <= set(classify["tasks"])  # beat, Flower and `celery call` see every task
     assert classify["before"] == []
+    assert {f"synedre.{s.name}" for s in STAGES} <= set(classify["tasks"])  # every group the fleet starts has its tasks
     for module, tasks in classify["code"].items():  # each names tasks that exist and are routed
         assert tasks and set(tasks) <= set(classify["tasks"]) & set(classify["routes"]), module
     assert {"synedre.stages.classify", "synedre.stages.materialize"} <= set(classify["after"])
@@ -57,5 +59,10 @@ def test_the_fleet_starts_beat_and_its_workers_without_celery_s_command_line():
     from synedre import fleet
 
     argvs = {c.name: c.argv for c in fleet.children()}
+    # the supervisor reads the groups without loading the tasks (a worker's memory it would hold idle)
+    probe = ("import sys; from synedre import fleet; fleet.children();"
+             " print(any(m.startswith('tasks') for m in sys.modules))")
+    assert subprocess.run([sys.executable, "-c", probe], cwd=stack.ROOT, capture_output=True, text=True, timeout=60,
+                          check=True).stdout.strip() == "False"
     assert argvs["beat"][1:4] == ["-m", "tasks", "beat"]
     assert all(argv[1:4] == ["-m", "tasks", "worker"] for name, argv in argvs.items() if name not in ("beat", "idle"))

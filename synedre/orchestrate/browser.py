@@ -271,6 +271,10 @@ def keep_browser() -> None:
         atexit.register(close_kept_browser)
 
 
+def keeping() -> bool:
+    return _keep
+
+
 def kept_browser(timeout_s: float) -> Browser | None:
     """This process's browser, launched (`BrowserUnavailable` if it cannot be) or relaunched
     as needed; None when the process keeps none (the check starts its own)."""

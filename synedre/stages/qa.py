@@ -18,12 +18,12 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from synedre import db, runner, secrets
+from synedre import runner, secrets
 from synedre.config import Settings, get_settings
 from synedre.db import launches, proofs
 from synedre.db.types import Conn
 from synedre.log import log
-from synedre.orchestrate import iso, qa
+from synedre.orchestrate import browser_thread, iso, qa
 from synedre.orchestrate.contract import contract_of
 from synedre.pipeline import BY_NAME, QaCheckStatus, Status
 
@@ -156,9 +156,10 @@ class CheckRoute(runner.StageCode[_Check, _Checked]):
         s = self.s
         shot = shots_dir(s, claim.message_id, c.run["id"]) / f"check-{c.row['id']}.png"
         try:
-            result = qa.check_route(c.run["base_url"], c.row["resolved"], shot, s.qa_timeout_s, c.mockup,
-                                    s.iso_threshold, browser=qa.kept_browser(s.qa_timeout_s),
-                                    redact=secrets.redactor(s).redact_text)
+            redact = secrets.redactor(s).redact_text
+            result = browser_thread.run(
+                lambda b: qa.check_route(c.run["base_url"], c.row["resolved"], shot, s.qa_timeout_s, c.mockup,
+                                         s.iso_threshold, browser=b, redact=redact), s.qa_timeout_s)
             reasons, detail = list(result.reasons), _detail(result)
         except (qa.BrowserUnavailable, iso.IsoError) as exc:  # no browser here, an unreadable mock-up
             result, reasons, detail = None, ["browser_error"], {"error": str(exc)[:300]}
@@ -186,14 +187,6 @@ class CheckRoute(runner.StageCode[_Check, _Checked]):
 def check_one(message_id: int, s: Settings | None = None) -> runner.Result:
     """Check one route of the message; Done with the verdict when this check was the last."""
     return runner.run(CheckRoute(s or get_settings()), message_id)
-
-
-def routes_waiting() -> bool:
-    """Whether a route of any message waits for a QA worker: a worker that finds none closes its
-    kept Chromium (tasks/qa.py) rather than hold ~0.5 GiB through an idle hour."""
-    with db.transaction() as conn:
-        return _one(conn, "SELECT EXISTS (SELECT 1 FROM synedre.qa_checks WHERE status = %s) AS waiting",
-                    str(QaCheckStatus.PENDING))["waiting"]
 
 
 def _last_check(conn: Conn, run_id: int, route: str) -> runner.Result:

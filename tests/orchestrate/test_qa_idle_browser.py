@@ -1,10 +1,10 @@
 """Chromium started when QA needs it and closed when idle (issue 30, item 1): a QA worker's
-kept browser stays open while a route of any message waits, and is closed, with its driver
-and every process of it, once none does; the next check starts one again.
+kept browser serves check after check, and is closed, with its driver and every process of
+it, once no check came for a while; the next check starts one again.
 
 Real components, as tests/orchestrate/test_recap_content.py: the QA stage (`plan`,
-`check_one`) in Debian's Chromium against the site fixture; `tasks.qa.idle_browser` is what
-the `qa_route` task runs after each check.
+`check_one`) in Debian's Chromium against the site fixture, in the browser thread a QA
+worker's child runs its checks in (synedre/orchestrate/browser_thread.py).
 """
 from __future__ import annotations
 
@@ -38,11 +38,11 @@ def chromium_pids() -> set[int]:
     return out
 
 
-def test_the_kept_chromium_is_closed_once_no_route_waits_and_started_again_for_the_next(env, monkeypatch):  # noqa: F811
+def test_the_kept_chromium_serves_check_after_check_and_is_closed_once_qa_is_idle(env, monkeypatch):  # noqa: F811
+    from synedre.orchestrate import browser_thread
     from synedre.stages import qa
-    from tasks import qa as qa_tasks
 
-    qa_tasks.browser.load()
+    monkeypatch.setattr(browser_thread, "IDLE_S", 3.0)
     monkeypatch.setattr(browser, "_keep", True)  # as tasks/qa.py's worker_process_init does
     site = start_site(env["tmp"] / "site")
     try:
@@ -54,24 +54,20 @@ def test_the_kept_chromium_is_closed_once_no_route_waits_and_started_again_for_t
 
         first = qa.check_one(mid)
         assert isinstance(first, Skip) and "1 route(s) left" in first.why, first
-        qa_tasks.idle_browser()
-        assert browser._kept is not None and browser._kept.browser.alive  # a route waits: kept
         running = chromium_pids()
         assert running, "no Chromium ran the check"
+        assert qa.check_one(mid).status == Status.QA_PASSED
+        assert running <= chromium_pids(), "the second route did not reuse the kept Chromium"
 
-        assert qa.check_one(mid).status == Status.QA_PASSED  # the last route
-        qa_tasks.idle_browser()
+        stack.wait_for(lambda: not chromium_pids(), 15, "the idle worker's Chromium to exit", interval=0.5)
         assert browser._kept is None
-        stack.wait_for(lambda: not chromium_pids(), 10, "the idle worker's Chromium to exit")
-        assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                       for p in running)
 
         again = message(env, "deployed", ["/contact"])  # the next QA starts one
         deployed_run(env, again, site.url)
         assert qa.plan(again)[1] == 1
-        assert browser._kept is None
         assert qa.check_one(again).status == Status.QA_PASSED
-        assert browser._kept is not None and chromium_pids()
+        assert chromium_pids() and not chromium_pids() & running
     finally:
-        browser.close_kept_browser()
+        browser_thread.stop()
         site.stop()
+    assert not chromium_pids()  # the worker's shutdown closes it in its own thread
