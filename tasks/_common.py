@@ -1,5 +1,6 @@
 """What every stage task shares: which errors are transient, how a result moves a message on,
 and the stage code a worker loads only for the queues it consumes."""
+import gc
 import importlib
 from types import ModuleType
 
@@ -46,6 +47,10 @@ def _load_stage_code(sender=None, **_):
     for code in StageCode.registered:  # a worker started without -Q consumes every queue
         if consumed is None or any(routes[task]["queue"] in consumed for task in code.tasks):
             code.load()
+    # What a prefork pool's children inherit (the app, the stage code) is moved out of the
+    # collector's reach: its passes would write to those objects' pages, which each child would
+    # then copy. A threads worker loses nothing by it (those objects live as long as it does).
+    gc.freeze()
 
 
 # Worth retrying with backoff; everything else fails once and loudly.

@@ -14,7 +14,7 @@ from tests.services import stack
 pytestmark = pytest.mark.unit
 
 PROBE = """
-import json, sys
+import gc, json, sys
 from types import SimpleNamespace
 from tasks.app import app
 app.loader.import_default_modules()
@@ -25,7 +25,7 @@ _common._load_stage_code(SimpleNamespace(app=SimpleNamespace(conf=app.conf, amqp
     queues=SimpleNamespace(consume_from=consumed)))))
 after = sorted(m for m in sys.modules if m.startswith(("synedre.stages.", "playwright", "dkim")))
 print(json.dumps({"tasks": sorted(t for t in app.tasks if t.startswith("synedre.")), "before": before,
-                  "after": after, "routes": sorted(app.conf.task_routes),
+                  "frozen": gc.get_freeze_count(), "after": after, "routes": sorted(app.conf.task_routes),
                   "code": {c.name: c.tasks for c in _common.StageCode.registered}}))
 """
 
@@ -41,6 +41,7 @@ def test_every_task_is_registered_without_any_stage_s_code_and_a_worker_loads_it
     assert {"synedre.classify", "synedre.qa_route", "synedre.spawn", "synedre.poll", "synedre.recap"} \
         <= set(classify["tasks"])  # beat, Flower and `celery call` see every task
     assert classify["before"] == []
+    assert classify["frozen"] > 10_000  # what the pool's children inherit, out of the collector's reach
     assert {f"synedre.{s.name}" for s in STAGES} <= set(classify["tasks"])  # every group the fleet starts has its tasks
     for module, tasks in classify["code"].items():  # each names tasks that exist and are routed
         assert tasks and set(tasks) <= set(classify["tasks"]) & set(classify["routes"]), module
