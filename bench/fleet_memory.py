@@ -9,7 +9,8 @@ group of synedre.pipeline.WORKER_GROUPS, the IDLE watcher, the supervisor) by gr
 
 Memory is PSS where the kernel gives it (`smaps_rollup`: shared pages counted once across
 the fleet, so the figures add up), else RSS. The embedded PostgreSQL is apart (the bench's
-services run their own; `synedre fleet` does not start one when SYNEDRE_DATABASE_URL is set).
+services run their own; `synedre fleet` does not start one when SYNEDRE_DATABASE_URL is set):
+its server's processes are printed beside (`postgres_mib`), not in the total.
 What the workers start (the agent's CLI, `./deploy`, Chromium) counts in their group and is
 also printed apart (`tools`). Baseline: one bare Celery worker (an app with no task, solo pool)
 measured in the same run. Target: the fleet's total under load at most 800 MiB.
@@ -79,9 +80,21 @@ def group_of(p: psutil.Process, supervisor: int) -> tuple[str, bool]:
     return "other", False
 
 
-def sample(supervisor: psutil.Process) -> dict[str, float]:
-    """MiB per group, plus `tools` (what the workers started) and `total`, at one instant."""
+def postmaster(pg_url: str) -> psutil.Process:
+    with psycopg.connect(pg_url) as c:
+        data = c.execute("SHOW data_directory").fetchone()[0]
+    return psutil.Process(int((Path(data) / "postmaster.pid").read_text().split()[0]))
+
+
+def sample(supervisor: psutil.Process, pg: psutil.Process | None = None) -> dict[str, float]:
+    """MiB per group, plus `tools` (what the workers started) and `total`, at one instant; and,
+    apart (not in the total), the PostgreSQL server's processes (`postgres`)."""
     out: dict[str, float] = defaultdict(float)
+    if pg is not None:
+        try:
+            out["postgres"] = sum(memory(p) for p in [pg, *pg.children()]) / MIB
+        except psutil.NoSuchProcess:
+            pass
     try:
         procs = [supervisor, *supervisor.children(recursive=True)]
     except psutil.NoSuchProcess:
@@ -100,14 +113,14 @@ def sample(supervisor: psutil.Process) -> dict[str, float]:
 class Peak(threading.Thread):
     """Samples the fleet twice a second; keeps the sample of the largest total."""
 
-    def __init__(self, supervisor: psutil.Process):
+    def __init__(self, supervisor: psutil.Process, pg: psutil.Process):
         super().__init__(daemon=True)
-        self.supervisor, self.done = supervisor, threading.Event()
+        self.supervisor, self.pg, self.done = supervisor, pg, threading.Event()
         self.peak: dict[str, float] = {}
 
     def run(self) -> None:
         while not self.done.wait(0.5):
-            s = sample(self.supervisor)
+            s = sample(self.supervisor, self.pg)
             if s.get("total", 0) > self.peak.get("total", 0):
                 self.peak = dict(s)
 
@@ -118,10 +131,12 @@ class Peak(threading.Thread):
 
 
 def line(label: str, s: dict[str, float], bare: float) -> str:
-    groups = " ".join(f"{k}={v:.0f}" for k, v in sorted(s.items()) if k not in ("total", "processes", "tools"))
+    groups = " ".join(f"{k}={v:.0f}" for k, v in sorted(s.items())
+                      if k not in ("total", "processes", "tools", "postgres"))
     return (f"fleet_memory {label} total_mib={s.get('total', 0):.0f} processes={s.get('processes', 0):.0f}"
             f" tools_mib={s.get('tools', 0):.0f} bare_worker_mib={bare:.0f}"
-            f" ratio={s.get('total', 0) / bare:.1f} (x one bare worker) {groups}")
+            f" ratio={s.get('total', 0) / bare:.1f} (x one bare worker) {groups}"
+            f" postgres_mib={s.get('postgres', 0):.0f} (apart: its server, default settings)")
 
 
 def bare_worker(env: dict[str, str], logs: Path) -> float:
@@ -194,12 +209,12 @@ def main() -> None:
             site, env = prepare(s, api, llm, smtp)
             bare = bare_worker(env, s["logs"])
             fleet = start_fleet(env, s["logs"])
-            supervisor = psutil.Process(fleet.pid)
+            supervisor, pg = psutil.Process(fleet.pid), postmaster(s["pg_url"])
             try:
                 time.sleep(IDLE_AFTER_S)
-                print(line("idle", sample(supervisor), bare), flush=True)
+                print(line("idle", sample(supervisor, pg), bare), flush=True)
 
-                peak = Peak(supervisor)
+                peak = Peak(supervisor, pg)
                 peak.start()
                 report(s, [fleet], api, arrivals, args.n, "agent")
                 top = peak.stop()
@@ -208,7 +223,7 @@ def main() -> None:
                 # launches paused: the burst goes through the stages before the launch, and waits there
                 subprocess.run([sys.executable, "-m", "synedre.cli", "spawn", "pause", "--reason", "bench burst"],
                                env=env, cwd=stack.ROOT, check=True, capture_output=True, timeout=60)
-                peak = Peak(supervisor)
+                peak = Peak(supervisor, pg)
                 peak.start()
                 took = burst(s, args.burst)
                 classify = peak.stop()
