@@ -4,6 +4,7 @@ from celery.signals import setup_logging, worker_process_init, worker_ready
 from synedre import log as logging_setup
 from synedre.config import get_settings, unknown_variables
 from synedre.log import log
+from tasks import _wake  # noqa: F401  # a threads worker's next task at once (its docstring)
 
 app = Celery("synedre")
 app.config_from_object("synedre.celeryconfig")
