@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import select
 import threading
 import time
 from collections.abc import Iterator
@@ -312,9 +313,24 @@ def pool() -> ConnectionPool[Conn]:
                 configure=_configure, open=True, name="synedre",
                 # a connection handed out is checked first: after a database restart the
                 # pool replaces dead ones instead of failing the next stage
-                check=ConnectionPool.check_connection,
+                check=check_idle,
             )
         return _pool
+
+
+def check_idle(conn: Conn) -> None:
+    """The pool's check of a connection it hands out, with a round trip only when needed.
+
+    An idle connection's socket is silent: the server writes to it only to end it (a
+    restart's or an administrator's FATAL message, then the close) or, rarely, with a
+    notice. So the socket is asked first, without waiting: silent, the connection is handed
+    out as it is; readable or closed, it gets the full check (an empty query), which raises
+    for a dead one, and the pool replaces it. A stage takes a connection for its claim
+    and another for its write: the round trip saved on each is a short transaction's
+    largest overhead after BEGIN and COMMIT."""
+    if not conn.closed and not select.select([conn.fileno()], [], [], 0)[0]:
+        return
+    ConnectionPool.check_connection(conn)
 
 
 @contextmanager
