@@ -187,6 +187,29 @@ def test_run_releases_on_an_error_and_refuses_a_claimed_skip(db, conn, mid):
     assert audits(conn, mid, "stage_error")[1]["reason"].startswith("error: TypeError")
 
 
+class InstantProbe(Probe):
+    instant = True
+
+
+def test_an_instant_stage_is_claimed_worked_and_written_in_one_transaction_or_not_at_all(db, conn, mid):
+    probe = InstantProbe(SCAN, conn, mid)
+    assert runner.run(probe, mid).status == Status.SCANNED
+    attempt = state(conn, mid)["stage_attempt"]
+    # its work ran in the claim's transaction: uncommitted, another connection saw it at received
+    assert probe.seen == {"work": (("scanning", attempt), attempt, "received"), "write": ("worked", "scanning"),
+                          "after": (Status.SCANNED, "scanned")}
+    assert [d["attempt"] for d in audits(conn, mid, "scanned")] == [attempt]
+    set_status(conn, mid, Status.RECEIVED)
+
+    def boom():
+        raise OSError("disk full")
+    with pytest.raises(OSError):
+        runner.run(InstantProbe(SCAN, conn, mid, work=boom), mid)
+    row = state(conn, mid)  # the claim rolled back with the rest: nothing to hand back, nothing audited
+    assert (row["status"], row["stage_attempt"], row["claimed_at"]) == ("received", attempt, None)
+    assert audits(conn, mid, "stage_error") == [] and len(audits(conn, mid, "scanned")) == 1
+
+
 def test_an_unclaimed_stage_moves_the_message_only_from_where_it_found_it(db, conn, mid):
     set_status(conn, mid, Status.QA)
     probe = Probe(QA_ROUTE, conn, mid)

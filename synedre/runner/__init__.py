@@ -61,6 +61,9 @@ class StageCode(ABC, Generic[L, W]):
     claimed for a new launch; "resume", claimed back for the launch `resumes` names."""
     stage: ClassVar[Stage]
     door: ClassVar[str | None] = None
+    # True for a stage with no slow work (materialize: only SQL): claimed, worked and written
+    # in one transaction, which a failure rolls back whole (the message stays where it was)
+    instant: ClassVar[bool] = False
     resumes: tuple[int, int] | None = None  # (launch id, the attempt that claimed it)
 
     @abstractmethod
@@ -88,14 +91,15 @@ class _MovedMeanwhile(Exception):
 def run(code: StageCode[L, W], message_id: int) -> Result:
     """Take the message, load, work with no transaction open, write, then `after`."""
     stage = code.stage
+    if code.instant:
+        return _run_instant(code, message_id)
     with db.transaction() as conn:
         found = _take(conn, code, message_id)
         if found is None:
             return why_not(conn, stage, message_id)
         loaded = code.load(conn, found)
     if isinstance(loaded, Skip):
-        if found.attempt is not None:
-            raise TypeError(f"stage {stage.name} claimed message {message_id}: it must write a result")
+        _check_skip(found)
         return loaded
     with working(found):
         worked = code.work(found, loaded)
@@ -107,6 +111,32 @@ def run(code: StageCode[L, W], message_id: int) -> Result:
     if not isinstance(result, Skip):
         code.after(found, worked, result)
     return result
+
+
+def _run_instant(code: StageCode[L, W], message_id: int) -> Result:
+    """A stage with no slow work: taken, loaded, worked and written in one transaction, so a
+    failure anywhere rolls the claim back with the rest; then `after`."""
+    try:
+        with db.transaction() as conn:
+            found = _take(conn, code, message_id)
+            if found is None:
+                return why_not(conn, code.stage, message_id)
+            loaded = code.load(conn, found)
+            if isinstance(loaded, Skip):
+                _check_skip(found)
+                return loaded
+            worked = code.work(found, loaded)
+            result = settle(conn, found, code.write(conn, found, worked))
+    except _MovedMeanwhile as exc:
+        return Skip(str(exc))
+    if not isinstance(result, Skip):
+        code.after(found, worked, result)
+    return result
+
+
+def _check_skip(found: Claim) -> None:
+    if found.attempt is not None:
+        raise TypeError(f"stage {found.stage.name} claimed message {found.message_id}: it must write a result")
 
 
 def _take(conn: Conn, code: StageCode[L, W], message_id: int) -> Claim | None:

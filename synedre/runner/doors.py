@@ -13,6 +13,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from psycopg.types.json import Jsonb
+
 from synedre.db import launches
 from synedre.db.launches import LaunchClaim
 from synedre.db.messages import audit
@@ -27,18 +29,19 @@ SPAWN = BY_NAME["spawn"]
 
 def claim(conn: Conn, stage: Stage, message_id: int) -> Claim | None:
     """Move the message from one of the stage's entry statuses to its running status, with a
-    new attempt number; None when it is not at an entry status (see `why_not`)."""
-    row = conn.execute(
-        """UPDATE synedre.email_states SET status = %s, stage_attempt = stage_attempt + 1,
-                  claimed_at = now(), status_at = now(), updated_at = now(),
-                  waiting_reason = NULL, waiting_until = NULL
-            WHERE message_id = %s AND status = ANY(%s) RETURNING stage_attempt""",
+    new attempt number; None when it is not at an entry status (see `why_not`). The state
+    row comes back from the same statement, as `state_of` reads it."""
+    state = conn.execute(
+        f"""UPDATE synedre.email_states s SET status = %s, stage_attempt = s.stage_attempt + 1,
+                   claimed_at = now(), status_at = now(), updated_at = now(),
+                   waiting_reason = NULL, waiting_until = NULL
+              FROM synedre.raw_messages r
+             WHERE r.id = s.message_id AND s.message_id = %s AND s.status = ANY(%s)
+         RETURNING s.*, {_RAW_COLUMNS}""",
         (stage.running, message_id, [str(s) for s in stage.entry])).fetchone()
-    if row is None:
+    if state is None:
         return None
-    state = state_of(conn, message_id)
-    assert state is not None  # the row was just updated in this transaction
-    return Claim(stage, message_id, row["stage_attempt"], state)
+    return Claim(stage, message_id, state["stage_attempt"], state)
 
 
 def look(conn: Conn, stage: Stage, message_id: int) -> Claim | None:
@@ -50,12 +53,15 @@ def look(conn: Conn, stage: Stage, message_id: int) -> Claim | None:
     return Claim(stage, message_id, None, state)
 
 
+# what a stage reads of the raw message with the state row
+_RAW_COLUMNS = "r.mailbox, r.message_id AS message_id_header, r.envelope_from, r.subject, r.dkim_pass, r.raw"
+
+
 def state_of(conn: Conn, message_id: int) -> dict[str, Any] | None:
     return conn.execute(
-        """SELECT s.*, r.mailbox, r.message_id AS message_id_header, r.envelope_from,
-                  r.subject, r.dkim_pass, r.raw
-             FROM synedre.email_states s JOIN synedre.raw_messages r ON r.id = s.message_id
-            WHERE s.message_id = %s""", (message_id,)).fetchone()
+        f"""SELECT s.*, {_RAW_COLUMNS}
+              FROM synedre.email_states s JOIN synedre.raw_messages r ON r.id = s.message_id
+             WHERE s.message_id = %s""", (message_id,)).fetchone()
 
 
 def why_not(conn: Conn, stage: Stage, message_id: int) -> Skip:
@@ -84,19 +90,22 @@ def write(conn: Conn, c: Claim, done: Done) -> None:
     machine wrote them."""
     _check_exit(c.stage, done.status)
     sets = "".join(f", {k} = %({k})s" for k in done.fields)
+    # the stage's own detail may not shadow what the machinery records (`||`: the right wins)
+    machinery = {"stage": c.stage.name, "attempt": c.attempt}
     row = conn.execute(
-        "UPDATE synedre.email_states SET status = %(status)s, updated_at = now(), status_at = now(),"
+        "WITH moved AS (UPDATE synedre.email_states SET status = %(status)s, updated_at = now(), status_at = now(),"
         f" claimed_at = NULL, waiting_reason = NULL, waiting_until = NULL{sets}"
         " WHERE message_id = %(id)s AND status = %(running)s AND stage_attempt = %(attempt)s"
-        " RETURNING extract(epoch FROM clock_timestamp() - %(claimed)s::timestamptz)::float8 AS duration_s",
+        " RETURNING extract(epoch FROM clock_timestamp() - %(claimed)s::timestamptz)::float8 AS took)"
+        " INSERT INTO synedre.audit_log (message_id, event, detail)"
+        " SELECT %(id)s, %(audit_event)s, %(audit_detail)s::jsonb || %(machinery)s::jsonb"
+        " || CASE WHEN took IS NULL THEN '{}'::jsonb"
+        " ELSE jsonb_build_object('duration_s', round(greatest(took, 0)::numeric, 6)) END FROM moved RETURNING id",
         {"status": str(done.status), "id": c.message_id, "running": str(c.stage.running), "attempt": c.attempt,
-         "claimed": c.state.get("status_at"), **done.fields}).fetchone()
+         "claimed": c.state.get("status_at"), "audit_event": done.audit_event, "audit_detail": Jsonb(dict(done.detail)),
+         "machinery": Jsonb(machinery), **done.fields}).fetchone()
     if row is None:
         raise FencedOut(f"message {c.message_id}: {c.stage.name} attempt {c.attempt} no longer owns it")
-    took = {} if row["duration_s"] is None else {"duration_s": round(max(row["duration_s"], 0.0), 6)}
-    # the stage's own detail may not shadow what the machinery records
-    audit(conn, c.message_id, done.audit_event,
-          **{**done.detail, "stage": c.stage.name, "attempt": c.attempt, **took})
 
 
 def release(conn: Conn, c: Claim, *, reason: str, event: str, until: datetime | None = None) -> bool:

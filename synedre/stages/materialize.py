@@ -42,8 +42,10 @@ def _chantier(conn, state: dict, msg: ParsedMessage) -> int | None:
 
 
 class Materialize(runner.StageCode[None, None]):
-    """Only SQL: the constraint-guarded insert, the link and the audit, in the write."""
+    """Only SQL: the constraint-guarded insert, the link and the audit, in the write, in the
+    claim's own transaction (`instant`)."""
     stage = STAGE
+    instant = True
 
     def load(self, conn: Conn, claim: runner.Claim) -> None:
         return None
