@@ -12,6 +12,7 @@ from psycopg.rows import dict_row
 
 from synedre import db as dbmod, runner
 from synedre.config import Settings
+from synedre.db import messages
 from synedre.pipeline import BY_NAME, LaunchStatus, Status
 from synedre.runner import doors
 from synedre.stages.poll import ingest_one
@@ -66,6 +67,20 @@ def test_a_claim_moves_the_message_to_running_with_the_next_attempt_and_only_onc
     assert row["claimed_at"] is not None and row["waiting_reason"] is None and row["waiting_until"] is None
     assert runner.claim(conn, SCAN, mid) is None  # at scanning: not an entry status any more
     assert runner.claim(conn, OCR, mid) is None
+
+
+def test_the_claim_counts_the_attachments_and_their_rows_are_read_only_when_there_are_some(conn, mid, tmp_path):
+    with conn.transaction():
+        c = runner.claim(conn, SCAN, mid)
+    assert c.state["attachment_count"] == 0
+    assert messages.attachments_of(None, c.state) == []  # no query: there is no connection to ask
+    raw = (CORPUS / "cases" / "P07-founder-screenshot-false-noise.eml").read_bytes()
+    other = ingest_one(raw, "atlas", 1, 2, Settings(state_dir=tmp_path), lambda _: None)
+    with conn.transaction():
+        c = runner.claim(conn, SCAN, other)
+        rows = messages.attachments_of(conn, c.state)
+    assert c.state["attachment_count"] == len(rows) > 0 and [r["idx"] for r in rows] == sorted(r["idx"] for r in rows)
+    assert doors.state_of(conn, other)["attachment_count"] == len(rows)
 
 
 def test_the_write_moves_to_the_exit_with_its_fields_and_audit_only_for_the_owning_attempt(conn, mid):

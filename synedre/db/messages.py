@@ -195,3 +195,11 @@ def describe(conn: Conn, ids: list[int] | None = None, details: bool = False) ->
 def attachments(conn: Conn, message_id: int) -> list[dict[str, Any]]:
     return conn.execute("SELECT * FROM synedre.attachments WHERE message_id = %s ORDER BY idx",
                         (message_id,)).fetchall()
+
+
+def attachments_of(conn: Conn, state: dict[str, Any]) -> list[dict[str, Any]]:
+    """A claimed message's attachment rows, not asked for when its claim counted none
+    (`attachment_count`, synedre/runner/doors.py): most mail has none."""
+    if state.get("attachment_count") == 0:
+        return []
+    return attachments(conn, state["message_id"])

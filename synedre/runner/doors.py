@@ -53,8 +53,10 @@ def look(conn: Conn, stage: Stage, message_id: int) -> Claim | None:
     return Claim(stage, message_id, None, state)
 
 
-# what a stage reads of the raw message with the state row
-_RAW_COLUMNS = "r.mailbox, r.message_id AS message_id_header, r.envelope_from, r.subject, r.dkim_pass, r.raw"
+# what a stage reads with the state row: the raw message's, and how many attachment rows it
+# has (a stage reads those rows only when there are some: messages.attachments_of)
+_RAW_COLUMNS = ("r.mailbox, r.message_id AS message_id_header, r.envelope_from, r.subject, r.dkim_pass, r.raw,"
+                " (SELECT count(*) FROM synedre.attachments a WHERE a.message_id = r.id) AS attachment_count")
 
 
 def state_of(conn: Conn, message_id: int) -> dict[str, Any] | None:

@@ -59,7 +59,7 @@ class Classify(runner.StageCode[_Loaded, "_Worked"]):
         self.retry = retry
 
     def load(self, conn: Conn, claim: runner.Claim) -> _Loaded:
-        msg = ParsedMessage.read(conn, claim.state)
+        msg = ParsedMessage.from_claim(claim.state, messages.attachments_of(conn, claim.state))
         return _Loaded(msg, dirsql.load(conn), decisions.thread_of(conn, msg.raw))
 
     def work(self, claim: runner.Claim, x: _Loaded) -> _Worked:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from synedre import attachments as files, runner
 from synedre.config import Settings, get_settings
+from synedre.db import messages
 from synedre.db.types import Conn
 from synedre.log import log
 from synedre.message import ParsedMessage
@@ -39,7 +40,7 @@ class Ocr(runner.StageCode[ParsedMessage, tuple[int, list[str], list[str]]]):
         self.s = s
 
     def load(self, conn: Conn, claim: runner.Claim) -> ParsedMessage:
-        return ParsedMessage.read(conn, claim.state)
+        return ParsedMessage.from_claim(claim.state, messages.attachments_of(conn, claim.state))
 
     def work(self, claim: runner.Claim, msg: ParsedMessage) -> tuple[int, list[str], list[str]]:
         """(images, texts, errors)."""

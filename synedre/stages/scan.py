@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from synedre import attachments as files, runner
 from synedre.config import Settings, get_settings
+from synedre.db import messages
 from synedre.db.types import Conn
 from synedre.log import log
 from synedre.message import ParsedMessage
@@ -35,7 +36,7 @@ class Scan(runner.StageCode[ParsedMessage, dict[int, Verdict]]):
         self.s = s
 
     def load(self, conn: Conn, claim: runner.Claim) -> ParsedMessage:
-        return ParsedMessage.read(conn, claim.state)
+        return ParsedMessage.from_claim(claim.state, messages.attachments_of(conn, claim.state))
 
     def work(self, claim: runner.Claim, msg: ParsedMessage) -> dict[int, Verdict]:
         rows = list(msg.attachments)
