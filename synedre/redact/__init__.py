@@ -5,7 +5,8 @@
 1. exact values (Aho-Corasick, `exact`): the configured secrets, plus every value a rule hid
    earlier in the launch (it is *remembered*), each also JSON-escaped, percent-encoded and
    in base64 (alone, or inside a longer base64 text at any byte offset);
-2. `rules.RULES`, one combined regex: `NAME=value`, `name: value`, `"name": "value"`,
+2. `rules.RULES`, one combined regex tried only where one automaton of every rule's leading
+   literal says a rule may start (`leads`): `NAME=value`, `name: value`, `"name": "value"`,
    `--password x`, `mysql -p…` where the name looks secret, URL credentials, Authorization
    and Cookie headers, private key blocks, webhooks, DSNs, the token formats of known
    providers; and a fallback, a random-looking word shortly after a secret word in any
@@ -48,6 +49,7 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from synedre.redact import leads
 from synedre.redact.exact import _ENCODED, MIN_SECRET_LEN, _decodings, _Exact, _memorable, _variants
 from synedre.redact.rules import (
     _MARKER,
@@ -152,8 +154,10 @@ class Redactor:
     def _rules(self, s: str) -> str:
         out, done, pos, markers = [], 0, 0, "[REDACTED" in s
         rules, order = union()
-        while m := rules.search(s, pos):
-            at = m.start()
+        # `rules.search(s, pos)` over and over, tried only where a lead may start (`leads`).
+        for at in leads.starts(s):
+            if at < pos or not (m := rules.match(s, at)):
+                continue
             # The union chose the first rule that may match here; the precise rules decide,
             # in the union's order from that one on.
             for i in order[m.lastgroup]:  # type: ignore[index]
@@ -163,8 +167,6 @@ class Redactor:
                     out += [s[done:at], replaced]
                     done = pos = hit.end()
                     break
-            else:
-                pos = at + 1
         return "".join(out) + s[done:] if out else s
 
     def _exact_pass(self, s: str) -> str:
