@@ -85,7 +85,8 @@ def new_launch(pg_url: str, state_dir: Path, tag: str):
 def redacted(pg_url: str, state_dir: Path, data: bytes, tag: str) -> dict:
     """On the runner's path: seconds, the reader's max gap and longest `add` (s), rows
     stored, writer calls, and the time each side was busy (reader: reading, redacting and
-    parsing; writer: in `add_events` and its commit)."""
+    parsing; writer: in `add_events` and its commit), and the reader's own CPU time (its busy
+    time less what it waited for the interpreter or a core)."""
     from synedre import db
     from synedre.db import launches
     from synedre.redact import Redactor
@@ -114,6 +115,7 @@ def redacted(pg_url: str, state_dir: Path, data: bytes, tag: str) -> dict:
         max_add[0] = max(max_add[0], time.perf_counter() - t)
     stream = Reassembler(Redactor(SECRETS), None, timed_add, None)
     t0 = last = time.perf_counter()
+    cpu0 = time.thread_time()
     max_gap = reader_busy = 0.0
     for chunk in chunks:
         now = time.perf_counter()
@@ -123,6 +125,7 @@ def redacted(pg_url: str, state_dir: Path, data: bytes, tag: str) -> dict:
         reader_busy += time.perf_counter() - now
     max_gap = max(max_gap, time.perf_counter() - last)
     stream.handle(stream.reader.close())
+    reader_cpu = time.thread_time() - cpu0
     writer.close()  # waits for every row
     elapsed = time.perf_counter() - t0
     if writer.error is not None:
@@ -131,7 +134,7 @@ def redacted(pg_url: str, state_dir: Path, data: bytes, tag: str) -> dict:
         stored = c.execute("SELECT count(*) FROM synedre.launch_events WHERE launch_id = %s",
                            (claim.launch_id,)).fetchone()[0]
     return {"s": elapsed, "gap_s": max_gap, "add_s": max_add[0], "rows": stored, "calls": calls[0],
-            "reader_busy_s": reader_busy, "writer_busy_s": writer_busy[0]}
+            "reader_busy_s": reader_busy, "reader_cpu_s": reader_cpu, "writer_busy_s": writer_busy[0]}
 
 
 def copied(pg_url: str, state_dir: Path, events: list[dict], tag: str) -> tuple[float, int]:
@@ -189,7 +192,8 @@ def main() -> None:
         print(f"event_persistence events={args.n} redacted_rate={red_rate:.0f} ev/s copy_rate={copy_rate:.0f} ev/s"
               f" ratio={red_rate / copy_rate:.2f} (target >= 0.5) reader_max_gap_ms={r['gap_s'] * 1000:.1f}"
               f" max_add_ms={r['add_s'] * 1000:.2f} redacted_s={r['s']:.1f} copy_s={copy_s:.1f}"
-              f" reader_busy_s={r['reader_busy_s']:.1f} writer_busy_s={r['writer_busy_s']:.1f}"
+              f" reader_busy_s={r['reader_busy_s']:.1f} reader_cpu_s={r['reader_cpu_s']:.1f}"
+              f" writer_busy_s={r['writer_busy_s']:.1f}"
               f" writer_calls={r['calls']} mb={len(data) / 1e6:.1f} loadavg={os.getloadavg()[0]:.1f}", flush=True)
     finally:
         from synedre import db

@@ -94,7 +94,7 @@ class Reassembler:
         wholes = [self.redactor.redact_text("".join(raw for *_, raw in blocks)) for blocks in messages]
         # Redact first: nothing below, nor any file or callback, ever sees the raw line. What
         # nothing was hidden in comes back itself: a `Decoded` there keeps its line's text.
-        safe = [self.redactor.redact_obj(_delta_lengths(obj)) for obj in held]
+        safe = [self._redact(obj) for obj in held]
         for blocks, whole in zip(messages, wholes, strict=True):
             # redact_obj keeps the structure, and these keys (words: never remembered).
             found = [(n, _block_at(safe[n], i), key) for n, i, key, _ in blocks]
@@ -122,6 +122,17 @@ class Reassembler:
             elif isinstance(event, ResultMessage) and self.result is None:
                 self.result = event
                 self.session_id = self.session_id or event.session_id
+
+    def _redact(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """The object redacted. A delta without its text is encoded here, once: its file line
+        and its stored row are that text (`Decoded`) whenever redaction leaves it as it is."""
+        short = _delta_lengths(obj)
+        if short is not obj:
+            short = Decoded(short, _ENCODE(short))
+        return self.redactor.redact_obj(short)
+
+
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps builds an encoder per call with options
 
 
 def _ends_message(obj: dict[str, Any]) -> bool:

@@ -7,6 +7,7 @@ must end with every event stored, in order, once.
 """
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import threading
@@ -156,3 +157,33 @@ def test_a_write_that_keeps_failing_ends_the_launch_and_counts_what_was_not_stor
     assert isinstance(writer.error, psycopg.OperationalError) and writer.unsaved == 20
     said = capsys.readouterr()  # stdout or stderr: whichever an earlier test left structlog printing to
     assert "spawn_events_unsaved" in said.out + said.err
+
+
+@pytest.mark.timeout(30)
+def test_a_backlog_is_kept_out_of_the_collector_s_scans_until_the_writer_closes():
+    """A full collection scans whatever the collector tracks, in the reader's thread: what the
+    writer started with, and a backlog behind a slow database, are frozen out of its sight
+    (a read no longer waits on a scan of them), and all given back at `close`."""
+    gc.unfreeze()
+    release, writing, stored = threading.Event(), threading.Event(), []
+
+    def stuck(batch):
+        writing.set()
+        assert release.wait(10)
+        stored.extend(n for n, _ in batch)
+    writer = event_writer.EventWriter(stuck)
+    assert gc.get_freeze_count() > 0  # the process as it stood
+    writer.add([(0, {"n": [0]})])
+    assert writing.wait(5)
+    queued = [(n, {"n": [n]}) for n in range(1, event_writer.QUEUE_BATCHES + 1)]
+    for pair in queued:
+        writer.add([pair])  # room in the queue: handed over, nothing frozen for them
+    backlog = [(n, {"n": [n]}) for n in range(len(queued) + 1, len(queued) + 50)]
+    scanned = {id(o) for o in gc.get_objects()}
+    assert all(id(p) in scanned for _, p in queued + backlog)
+    writer.add(backlog)  # the queue is full: a backlog
+    scanned = {id(o) for o in gc.get_objects()}
+    assert not any(id(p) in scanned or id(p["n"]) in scanned for _, p in backlog)
+    release.set()
+    writer.close()
+    assert stored == list(range(len(queued) + len(backlog) + 1)) and gc.get_freeze_count() == 0
