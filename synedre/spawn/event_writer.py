@@ -37,7 +37,10 @@ class EventWriter:
     finds the queue full (a backlog is building), is moved out of the collector's sight
     (`gc.freeze`, a constant-time list splice); `close` gives it all back (`gc.unfreeze`).
     Objects are still freed as ever when their last reference goes: only a cycle among
-    objects frozen while they were alive waits for `close` to be collected.
+    objects frozen while they were alive waits for `close` to be collected. A process that
+    froze itself already (a Celery worker freezes what its pool's children inherit, tasks/
+    _common.py) is left as it is: `gc.unfreeze` would give the collector back its modules in
+    every child, and what a launch froze without it would never be scanned again.
     """
 
     def __init__(self, on_events: Callable[[Batch], None]):
@@ -47,7 +50,9 @@ class EventWriter:
         self.error: BaseException | None = None
         self.unsaved = 0
         self._thread = threading.Thread(target=self._loop, name="spawn-events", daemon=True)
-        gc.freeze()
+        self._freezes = gc.get_freeze_count() == 0  # the freeze, if any, is this writer's to undo
+        if self._freezes:
+            gc.freeze()
         self._thread.start()
 
     def add(self, pairs: Batch) -> None:
@@ -57,7 +62,8 @@ class EventWriter:
                 self._queue.put_nowait(self._pending)
                 self._pending = []
             except queue.Full:
-                gc.freeze()  # a backlog is building: out of the collector's sight too
+                if self._freezes:
+                    gc.freeze()  # a backlog is building: out of the collector's sight too
 
     def close(self) -> None:
         # The process is gone: waiting for the writer no longer stalls anything. The queue may
@@ -77,7 +83,8 @@ class EventWriter:
             if self._thread.is_alive():
                 waited += WRITER_SLOW_S
                 log.warning("spawn_events_writer_slow", waited_s=waited)
-        gc.unfreeze()
+        if self._freezes:
+            gc.unfreeze()
         if self.unsaved:
             log.error("spawn_events_unsaved", events=self.unsaved, error=type(self.error).__name__)
 

@@ -187,3 +187,30 @@ def test_a_backlog_is_kept_out_of_the_collector_s_scans_until_the_writer_closes(
     release.set()
     writer.close()
     assert stored == list(range(len(queued) + len(backlog) + 1)) and gc.get_freeze_count() == 0
+
+
+@pytest.mark.timeout(30)
+def test_a_process_frozen_before_the_writer_keeps_its_freeze_and_gets_no_other():
+    """A worker froze what its pool's children share (tasks/_common.py): the writer neither
+    gives that back to the collector at `close` nor freezes a launch's objects for good."""
+    gc.unfreeze()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        release, stored = threading.Event(), []
+
+        def slow(batch):
+            assert release.wait(10)
+            stored.extend(n for n, _ in batch)
+        writer = event_writer.EventWriter(slow)
+        backlog = [(n, {"n": [n]}) for n in range(event_writer.QUEUE_BATCHES + 20)]
+        for pair in backlog:
+            writer.add([pair])  # the queue fills: a backlog, which stays in the collector's sight
+        scanned = {id(o) for o in gc.get_objects()}
+        assert all(id(p) in scanned for _, p in backlog[event_writer.QUEUE_BATCHES + 1:])
+        assert gc.get_freeze_count() == frozen
+        release.set()
+        writer.close()
+        assert stored == list(range(len(backlog))) and gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
