@@ -203,7 +203,8 @@ def test_run_releases_on_an_error_and_refuses_a_claimed_skip(db, conn, mid):
 
 
 class InstantProbe(Probe):
-    instant = True
+    def instant(self, loaded):
+        return True
 
 
 def test_an_instant_stage_is_claimed_worked_and_written_in_one_transaction_or_not_at_all(db, conn, mid):

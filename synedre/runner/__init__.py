@@ -10,7 +10,9 @@ A stage is a small object (`StageCode`) with three methods the runner calls in o
    (synedre/runner/doors.py) in that same transaction;
 
 then `after(claim, worked, result)` once a result is written and committed (a log line, files removed). Nothing
-comes back as a closure and nothing leaves through a mutable argument.
+comes back as a closure and nothing leaves through a mutable argument. When the work has nothing
+slow to do for what was loaded (`instant`: materialize; scan and OCR of mail without
+attachments), it is worked and written in the claim's transaction: one transaction, no lease.
 
 A stage whose pipeline entry has a running status claims the message (`doors.claim`, with
 a new attempt number that fences its write: a superseded execution writes nothing,
@@ -61,9 +63,6 @@ class StageCode(ABC, Generic[L, W]):
     claimed for a new launch; "resume", claimed back for the launch `resumes` names."""
     stage: ClassVar[Stage]
     door: ClassVar[str | None] = None
-    # True for a stage with no slow work (materialize: only SQL): claimed, worked and written
-    # in one transaction, which a failure rolls back whole (the message stays where it was)
-    instant: ClassVar[bool] = False
     resumes: tuple[int, int] | None = None  # (launch id, the attempt that claimed it)
 
     @abstractmethod
@@ -79,6 +78,12 @@ class StageCode(ABC, Generic[L, W]):
     def write(self, conn: Conn, claim: Claim, worked: W) -> Result:
         """The stage's rows and its result, in the write's transaction."""
 
+    def instant(self, loaded: L) -> bool:
+        """True when the work has nothing slow to do for what was loaded (materialize, only
+        SQL; scan and OCR of mail without attachments): the runner then works and writes in
+        the claim's own transaction, which a failure rolls back whole."""
+        return False
+
     def after(self, claim: Claim, worked: W, result: Done | Held) -> None:
         """Once the result is written and committed: what must not happen before (nothing by
         default). Not called when nothing was written (`Skip`)."""
@@ -89,54 +94,36 @@ class _MovedMeanwhile(Exception):
 
 
 def run(code: StageCode[L, W], message_id: int) -> Result:
-    """Take the message, load, work with no transaction open, write, then `after`."""
+    """Take the message, load, work with no transaction open, write, then `after` (a stage
+    with no slow work for what it loaded, `instant`: all in the claim's transaction)."""
     stage = code.stage
-    if code.instant:
-        return _run_instant(code, message_id)
-    with db.transaction() as conn:
-        found = _take(conn, code, message_id)
-        if found is None:
-            return why_not(conn, stage, message_id)
-        loaded = code.load(conn, found)
-    if isinstance(loaded, Skip):
-        _check_skip(found)
-        return loaded
-    with working(found):
-        worked = code.work(found, loaded)
-        try:
-            with db.transaction() as conn:
-                result = settle(conn, found, code.write(conn, found, worked))
-        except _MovedMeanwhile as exc:
-            return Skip(str(exc))
-    if not isinstance(result, Skip):
-        code.after(found, worked, result)
-    return result
-
-
-def _run_instant(code: StageCode[L, W], message_id: int) -> Result:
-    """A stage with no slow work: taken, loaded, worked and written in one transaction, so a
-    failure anywhere rolls the claim back with the rest; then `after`."""
     try:
         with db.transaction() as conn:
             found = _take(conn, code, message_id)
             if found is None:
-                return why_not(conn, code.stage, message_id)
+                return why_not(conn, stage, message_id)
             loaded = code.load(conn, found)
-            if isinstance(loaded, Skip):
-                _check_skip(found)
-                return loaded
-            worked = code.work(found, loaded)
-            result = settle(conn, found, code.write(conn, found, worked))
+            instant = not isinstance(loaded, Skip) and code.instant(loaded)
+            if instant:  # a failure here rolls the claim back with the rest: the message stays where it was
+                worked = code.work(found, loaded)
+                result = settle(conn, found, code.write(conn, found, worked))
     except _MovedMeanwhile as exc:
         return Skip(str(exc))
+    if isinstance(loaded, Skip):
+        if found.attempt is not None:
+            raise TypeError(f"stage {stage.name} claimed message {message_id}: it must write a result")
+        return loaded
+    if not instant:
+        with working(found):
+            worked = code.work(found, loaded)
+            try:
+                with db.transaction() as conn:
+                    result = settle(conn, found, code.write(conn, found, worked))
+            except _MovedMeanwhile as exc:
+                return Skip(str(exc))
     if not isinstance(result, Skip):
         code.after(found, worked, result)
     return result
-
-
-def _check_skip(found: Claim) -> None:
-    if found.attempt is not None:
-        raise TypeError(f"stage {found.stage.name} claimed message {found.message_id}: it must write a result")
 
 
 def _take(conn: Conn, code: StageCode[L, W], message_id: int) -> Claim | None:

@@ -45,7 +45,9 @@ class Materialize(runner.StageCode[None, None]):
     """Only SQL: the constraint-guarded insert, the link and the audit, in the write, in the
     claim's own transaction (`instant`)."""
     stage = STAGE
-    instant = True
+
+    def instant(self, loaded: None) -> bool:
+        return True
 
     def load(self, conn: Conn, claim: runner.Claim) -> None:
         return None

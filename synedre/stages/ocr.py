@@ -42,6 +42,9 @@ class Ocr(runner.StageCode[ParsedMessage, tuple[int, list[str], list[str]]]):
     def load(self, conn: Conn, claim: runner.Claim) -> ParsedMessage:
         return ParsedMessage.from_claim(claim.state, messages.attachments_of(conn, claim.state))
 
+    def instant(self, msg: ParsedMessage) -> bool:
+        return not files.images(msg.attachments)  # nothing for Tesseract
+
     def work(self, claim: runner.Claim, msg: ParsedMessage) -> tuple[int, list[str], list[str]]:
         """(images, texts, errors)."""
         images = len(files.images(msg.attachments))

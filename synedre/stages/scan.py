@@ -38,6 +38,9 @@ class Scan(runner.StageCode[ParsedMessage, dict[int, Verdict]]):
     def load(self, conn: Conn, claim: runner.Claim) -> ParsedMessage:
         return ParsedMessage.from_claim(claim.state, messages.attachments_of(conn, claim.state))
 
+    def instant(self, msg: ParsedMessage) -> bool:
+        return not msg.attachments  # nothing to send to clamd
+
     def work(self, claim: runner.Claim, msg: ParsedMessage) -> dict[int, Verdict]:
         rows = list(msg.attachments)
         return verdicts(rows, files.payloads(msg.files_state(), rows), self.s) if rows else {}
