@@ -85,6 +85,7 @@ class Redactor:
         # repeats them (keys, types, ids) in every event. Emptied whenever the set changes.
         self._clean: set[str] = set()
         self._keys: dict[str, tuple[bool, bool]] = {}  # clean keys, as `_clean`: their `_key_kind`
+        self._plain: set[str] = set()  # the clean keys neither secret nor secret-ish
         self._numeric = False  # whether an exact value could be found inside a number's JSON text
 
     def fresh(self) -> Redactor:
@@ -109,6 +110,7 @@ class Redactor:
             self._stale = False
             self._clean.clear()
             self._keys.clear()
+            self._plain.clear()
 
     def _remember(self, value: str, kind: str) -> None:
         if len(value) < MIN_SECRET_LEN or (value, kind) in self._seen:  # decodings are never longer
@@ -209,15 +211,15 @@ class Redactor:
             return self._dict(obj)
         if t is list:
             return self._list(obj)
-        if obj is None or t is bool:
+        if obj is None or t is bool or ((t is int or t is float) and not self._numeric):
             return obj
         return self._other(obj)
 
     def _other(self, obj: Any) -> Any:
+        if isinstance(obj, dict):  # first: a decoded line (`spawn.stream.Decoded`) is one
+            return self._dict(obj)
         if isinstance(obj, str):
             return self._text(obj)
-        if isinstance(obj, dict):
-            return self._dict(obj)
         if isinstance(obj, (list, tuple)):
             return [self._obj(v) for v in obj]
         if isinstance(obj, (int, float)) and not isinstance(obj, bool) and self._numeric:
@@ -230,7 +232,7 @@ class Redactor:
     def _list(self, obj: list[Any]) -> list[Any]:
         out = None
         for i, v in enumerate(obj):
-            new = self._obj(v)
+            new = self._dict(v) if type(v) is dict else self._obj(v)
             if out is None:
                 if new is v:
                     continue
@@ -240,38 +242,57 @@ class Redactor:
 
     def _dict(self, obj: dict[Any, Any]) -> dict[Any, Any]:
         """`obj` itself if nothing in it changed, else a new dict from the first change on:
-        most events hide nothing, and copying each cost as much as walking it."""
+        most events hide nothing, and copying each cost as much as walking it. A key seen
+        clean and neither secret nor secret-ish (`_plain`: nearly every key of a stream) takes
+        the inline path, the others `_member_of`."""
         out: dict[Any, Any] | None = None
-        clean, keys = self._clean, self._keys
-        for i, (k, v) in enumerate(obj.items()):
-            if (kind := keys.get(k)) is not None:  # a key seen clean: a stream repeats its keys
-                name = k
-            elif isinstance(k, str):
-                name, kind = self._text(k), _key_kind(k)
-                if name is k and len(k) <= CLEAN_CACHE_LEN and len(keys) < CLEAN_CACHE_SIZE:
-                    keys[k] = kind
-            else:
-                name, kind = k, None
-            if kind is None:
-                new = self._obj(v)
-            elif type(v) is str:
-                secret_key, hint_key = kind
-                if secret_key and v:
-                    new = self._hide("json_secret", v)
-                elif hint_key and _hint_value(v):
-                    new = self._hide("entropy_secret", v)
-                else:
+        clean, plain, numeric = self._clean, self._plain, self._numeric
+        for k, v in obj.items():
+            if k in plain:
+                name, t = k, type(v)
+                if t is str:
                     new = v if v in clean else self._text(v)
-            elif (kind[0] or kind[1]) and isinstance(v, str):
-                new = self._member(kind[0], v)
+                elif t is dict:
+                    new = self._dict(v)
+                elif t is list:
+                    new = self._list(v)
+                elif v is None or t is bool or ((t is int or t is float) and not numeric):
+                    if out is None:
+                        continue
+                    new = v
+                else:
+                    new = self._obj(v)
             else:
-                new = self._obj(v)
+                name, new = self._member_of(k, v)
             if out is None:
                 if name is k and new is v:
                     continue
-                out = dict(itertools.islice(obj.items(), i))
+                out = _before(obj, k)
             out[name] = new
         return obj if out is None else out
+
+    def _member_of(self, k: Any, v: Any) -> tuple[Any, Any]:
+        """A member of a JSON object whose key is not known plain: (its key, its value), redacted."""
+        if (kind := self._keys.get(k)) is not None:  # a key seen clean: a stream repeats its keys
+            name = k
+        elif isinstance(k, str):
+            name, kind = self._text(k), _key_kind(k)
+            if name is k and len(k) <= CLEAN_CACHE_LEN and len(self._keys) < CLEAN_CACHE_SIZE:
+                self._keys[k] = kind
+                if kind == (False, False):
+                    self._plain.add(k)
+        else:
+            return k, self._obj(v)
+        if type(v) is str:
+            secret_key, hint_key = kind
+            if secret_key and v:
+                return name, self._hide("json_secret", v)
+            if hint_key and _hint_value(v):
+                return name, self._hide("entropy_secret", v)
+            return name, v if v in self._clean else self._text(v)
+        if (kind[0] or kind[1]) and isinstance(v, str):
+            return name, self._member(kind[0], v)
+        return name, self._obj(v)
 
     def _member(self, secret_key: bool, v: str) -> str:
         """A str subclass under a secret or secret-ish key: as `_dict` does for a str."""
@@ -315,6 +336,11 @@ _HINT_NAME = re.compile(r"(?i:salt|hmac|nonce|seed|cred|otp|dsn|sas|webhook|ciph
 def _key_kind(k: str) -> tuple[bool, bool]:
     """Whether a JSON key's name looks secret, or secret-ish (a stream repeats its keys)."""
     return bool(_KEY_NAME.search(k)), bool(_HINT_NAME.search(k))
+
+
+def _before(obj: dict[Any, Any], key: Any) -> dict[Any, Any]:
+    """The members of `obj` before `key` (one of its keys, the very object)."""
+    return dict(itertools.takewhile(lambda kv: kv[0] is not key, obj.items()))
 
 
 def _map_strings(obj: Any, fn: Callable[[str], str]) -> Any:
