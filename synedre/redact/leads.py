@@ -69,17 +69,35 @@ def _texts(items: _parser.SubPattern | list, ignore: bool, most: int) -> tuple[s
     return out, True
 
 
+# A lead that is one common character (telegram_token's ':', in every JSON text, URL and
+# log line) whose rule's body requires a digit right before it (`(?<=[0-9]{8}:)`): it is
+# searched as each digit followed by it, and the position given is one character on.
+_AFTER_A_DIGIT = {":"}
+_DIGITS = "0123456789"  # what `[0-9]` matches in a str pattern: ASCII digits only
+
+
 @functools.cache
-def _automaton() -> ahocorasick_rs.AhoCorasick:
-    # The union tries each rule's body loosened (`rules._loosen`): its texts are taken from that.
-    texts = sorted(set().union(*(lead_texts(r.lead + _loosen(r.body)) for r in RULES)))
-    return ahocorasick_rs.AhoCorasick(texts)
+def _automaton() -> tuple[ahocorasick_rs.AhoCorasick, list[int]]:
+    """The automaton and, per text, how far past its match the lead starts."""
+    shift: dict[str, int] = {}
+    for r in RULES:
+        # The union tries each rule's body loosened (`rules._loosen`): its texts are taken from that.
+        texts = lead_texts(r.lead + _loosen(r.body))
+        if texts <= _AFTER_A_DIGIT:
+            assert r.body.startswith("(?<=[0-9]"), r  # the digit before is required
+            texts = {d + t for d in _DIGITS for t in texts}
+        for t in texts:
+            n = 1 if t[1:] in _AFTER_A_DIGIT and t[0] in _DIGITS else 0
+            assert shift.setdefault(t, n) == n, t  # one text, one meaning
+    ordered = sorted(shift)
+    return ahocorasick_rs.AhoCorasick(ordered), [shift[t] for t in ordered]
 
 
 def starts(s: str) -> list[int]:
     """The positions of `s`, in order, where some rule's lead may match."""
+    automaton, shift = _automaton()
     try:
-        found = _automaton().find_matches_as_indexes(s, overlapping=True)
+        found = automaton.find_matches_as_indexes(s, overlapping=True)
     except UnicodeEncodeError:  # UTF-8 only: a lone surrogate is searched for as U+FFFD, same length
-        found = _automaton().find_matches_as_indexes(_SURROGATE.sub("\ufffd", s), overlapping=True)
-    return sorted({a for _, a, _ in found})
+        found = automaton.find_matches_as_indexes(_SURROGATE.sub("\ufffd", s), overlapping=True)
+    return sorted({a + shift[i] for i, a, _ in found})
