@@ -252,8 +252,11 @@ class Decoded(dict[str, Any]):
     __slots__ = ("json_text",)
 
     def __init__(self, obj: dict[str, Any], json_text: str):
-        super().__init__(obj)
+        _dict_init(self, obj)  # not super(): one of these per line, and its lookup showed
         self.json_text = json_text
+
+
+_dict_init = dict.__init__
 
 
 class LineReader:
