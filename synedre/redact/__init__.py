@@ -306,7 +306,7 @@ class Redactor:
         object taught the redactor a value, its strings are checked for it once more. The input
         is never changed; what nothing was hidden in comes back as it was, not copied."""
         self._begin()
-        out = self._obj(obj)
+        out = self._dict(obj) if isinstance(obj, dict) else self._obj(obj)  # a stream event: a dict
         return _map_strings(out, self._exact_pass) if self._end() else out
 
     def redact_line(self, line: T) -> T:

@@ -88,9 +88,10 @@ class Reassembler:
         self.on_batch(batch)
 
     def _release(self, batch: Batch) -> None:
-        held, self._held, self._open = self._held, [], False
+        # `_open`: whether `held` has an assistant event, the only kind with text blocks.
+        held, self._held, any_assistant, self._open = self._held, [], self._open, False
         # Each message's text joined is redacted before its blocks: see `merge_pieces`.
-        messages = [blocks for blocks in _text_blocks(held).values() if len(blocks) > 1]
+        messages = [blocks for blocks in _text_blocks(held).values() if len(blocks) > 1] if any_assistant else []
         wholes = [self.redactor.redact_text("".join(raw for *_, raw in blocks)) for blocks in messages]
         # Redact first: nothing below, nor any file or callback, ever sees the raw line. What
         # nothing was hidden in comes back itself: a `Decoded` there keeps its line's text.
