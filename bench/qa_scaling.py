@@ -13,8 +13,9 @@ the deploy stage leaves it (status `deployed`, a launch whose contract declares 
 routes, its qa_runs row), untimed. Before the rounds an untimed message with 2 routes per
 worker goes through both, so every worker process has imported Playwright and started its
 Chromium. Each worker's child keeps that one Chromium (tasks/qa.py, `keep`; closed after
-browser_thread.IDLE_S without a check, longer than a round) and one page in it, which every route's check reuses and clears after (browser.py, `_Tab`): what a
-route's task pays for its browser is that clearing, not a Chromium's start nor a new page.
+browser_thread.IDLE_S without a check, longer than a round) and one page in it, which every
+route's check reuses and clears after (browser.py, `_Tab`): what a route's task pays for
+its browser is that clearing, not a Chromium's start nor a new page.
 Measured here in this process and printed beside the per-route task time: a Chromium's start
 and stop (paid once per worker child), a new context and page opened and closed (what each
 check paid before the page was reused), and one clearing of the reused page, with its share
