@@ -100,6 +100,18 @@ def test_each_chat_provider_answers_through_its_sdk(llm, provider):
 
 
 @pytest.mark.timeout(60)
+def test_the_mistral_sdk_reads_a_request_class_s_type_hints_once_per_process(llm):
+    from mistralai.client.utils import queryparams, url
+
+    server = llm(lambda request, path: "the answer is run")
+    for _ in range(3):
+        assert complete("test_feature", ASK, routing=routing(MISTRAL), max_tokens=200).text == "the answer is run"
+    assert len(server.requests) == 3
+    hints = queryparams.get_type_hints
+    assert url.get_type_hints is hints and hints.cache_info().hits >= 2  # the second and third calls: cached
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("provider", ["mistral", "openai"])
 def test_each_embedding_provider_answers_through_its_sdk(llm, provider):
     route = Route(provider, "mistral-embed" if provider == "mistral" else "text-embedding-3-small")

@@ -1,6 +1,7 @@
 """Mistral through the official `mistralai` SDK (chat and embeddings)."""
 from __future__ import annotations
 
+import typing
 from functools import cache, lru_cache
 from typing import Any
 
@@ -29,6 +30,15 @@ def _reuse_sdk_model_classes() -> None:
             return original(name, body=body, __config__=__config__)
 
     serializers.create_model = create_model  # type: ignore[assignment]  # a narrower signature: our callers' one
+
+    # Building a request reads its parameter classes' type hints (`typing.get_type_hints`,
+    # about 3 ms of CPU a chat call): a class's hints never change, so read them once. The
+    # SDK only reads the dict it gets back.
+    from mistralai.client.utils import forms, queryparams, url
+
+    hints = lru_cache(maxsize=512)(typing.get_type_hints)
+    for module in (forms, queryparams, url):
+        module.get_type_hints = hints  # type: ignore[attr-defined]
 
 
 @client_cache
