@@ -251,7 +251,12 @@ class Redactor:
             if k in plain:
                 name, t = k, type(v)
                 if t is str:
-                    new = v if v in clean else self._text(v)
+                    if v not in clean:
+                        new = self._text(v)
+                    elif out is None:  # the commonest member: a clean string, nothing copied yet
+                        continue
+                    else:
+                        new = v
                 elif t is dict:
                     new = self._dict(v)
                 elif t is list:
