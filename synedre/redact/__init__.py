@@ -246,6 +246,7 @@ class Redactor:
         clean and neither secret nor secret-ish (`_plain`: nearly every key of a stream) takes
         the inline path, the others `_member_of`."""
         out: dict[Any, Any] | None = None
+        new: Any
         clean, plain, numeric = self._clean, self._plain, self._numeric
         for k, v in obj.items():
             if k in plain:
@@ -311,7 +312,7 @@ class Redactor:
         object taught the redactor a value, its strings are checked for it once more. The input
         is never changed; what nothing was hidden in comes back as it was, not copied."""
         self._begin()
-        out = self._dict(obj) if isinstance(obj, dict) else self._obj(obj)  # a stream event: a dict
+        out: Any = self._dict(obj) if isinstance(obj, dict) else self._obj(obj)  # a stream event: a dict
         return _map_strings(out, self._exact_pass) if self._end() else out
 
     def redact_line(self, line: T) -> T:

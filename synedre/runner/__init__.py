@@ -103,8 +103,9 @@ def run(code: StageCode[L, W], message_id: int) -> Result:
             if found is None:
                 return why_not(conn, stage, message_id)
             loaded = code.load(conn, found)
-            instant = not isinstance(loaded, Skip) and code.instant(loaded)
-            if instant:  # a failure here rolls the claim back with the rest: the message stays where it was
+            instant = False
+            if not isinstance(loaded, Skip) and code.instant(loaded):
+                instant = True  # a failure here rolls the claim back with the rest: the message stays where it was
                 worked = code.work(found, loaded)
                 result = settle(conn, found, code.write(conn, found, worked))
     except _MovedMeanwhile as exc:

@@ -7,6 +7,7 @@ safe to persist.
 from __future__ import annotations
 
 import json
+import json.scanner
 import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -282,7 +283,8 @@ class LineReader:
         # One decoder for the reader's lines (`json.loads` with an option builds a new one per
         # call), its scanner called directly: the line is stripped and starts with `{`, so
         # `decode`'s two whitespace matches around it (a third of its time) find nothing.
-        self._scan = json.scanner.make_scanner(json.JSONDecoder(parse_constant=_reject_constant))
+        # (typeshed types the C scanner class's argument as the class itself)
+        self._scan = json.scanner.make_scanner(json.JSONDecoder(parse_constant=_reject_constant))  # type: ignore[arg-type]
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
