@@ -221,9 +221,13 @@ def test_an_instant_stage_is_claimed_worked_and_written_in_one_transaction_or_no
         raise OSError("disk full")
     with pytest.raises(OSError):
         runner.run(InstantProbe(SCAN, conn, mid, work=boom), mid)
-    row = state(conn, mid)  # the claim rolled back with the rest: nothing to hand back, nothing audited
+    row = state(conn, mid)  # the claim rolled back with the rest: nothing to hand back
     assert (row["status"], row["stage_attempt"], row["claimed_at"]) == ("received", attempt, None)
-    assert audits(conn, mid, "stage_error") == [] and len(audits(conn, mid, "scanned")) == 1
+    # and the operator reads why, as for a handed-back claim: the waiting reason, a stage_error audit
+    assert row["waiting_reason"] == "error: OSError: disk full"
+    [error] = audits(conn, mid, "stage_error")
+    assert error["reason"] == "error: OSError: disk full" and error["stage"] == "scan" and error["rolled_back"]
+    assert len(audits(conn, mid, "scanned")) == 1
 
 
 def test_an_unclaimed_stage_moves_the_message_only_from_where_it_found_it(db, conn, mid):

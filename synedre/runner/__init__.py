@@ -32,6 +32,7 @@ from typing import ClassVar, Generic, TypeVar
 
 from synedre import db
 from synedre.config import get_settings
+from synedre.db.messages import audit
 from synedre.db.types import Conn, FencedOut
 from synedre.log import log
 from synedre.pipeline import LaunchStatus, Stage
@@ -97,19 +98,23 @@ def run(code: StageCode[L, W], message_id: int) -> Result:
     """Take the message, load, work with no transaction open, write, then `after` (a stage
     with no slow work for what it loaded, `instant`: all in the claim's transaction)."""
     stage = code.stage
+    instant = False
     try:
         with db.transaction() as conn:
             found = _take(conn, code, message_id)
             if found is None:
                 return why_not(conn, stage, message_id)
             loaded = code.load(conn, found)
-            instant = False
             if not isinstance(loaded, Skip) and code.instant(loaded):
                 instant = True  # a failure here rolls the claim back with the rest: the message stays where it was
                 worked = code.work(found, loaded)
                 result = settle(conn, found, code.write(conn, found, worked))
     except _MovedMeanwhile as exc:
         return Skip(str(exc))
+    except Exception as exc:
+        if instant and found.attempt is not None:
+            _rolled_back(found, exc)
+        raise
     if isinstance(loaded, Skip):
         if found.attempt is not None:
             raise TypeError(f"stage {stage.name} claimed message {message_id}: it must write a result")
@@ -125,6 +130,22 @@ def run(code: StageCode[L, W], message_id: int) -> Result:
     if not isinstance(result, Skip):
         code.after(found, worked, result)
     return result
+
+
+def _rolled_back(c: Claim, exc: Exception) -> None:
+    """An instant stage failed and its claim rolled back with the rest: the message is at its
+    entry status again, as a handed-back claim would be, and says why as one would (its waiting
+    reason, audit `stage_error`), so an operator reads the cause of a retry or a stuck message."""
+    reason = f"error: {type(exc).__name__}: {exc}"[:300]
+    try:
+        with db.transaction() as conn:
+            conn.execute("UPDATE synedre.email_states SET waiting_reason = %s, updated_at = now()"
+                         " WHERE message_id = %s AND status = ANY(%s)",
+                         (reason, c.message_id, [str(s) for s in c.stage.entry]))
+            audit(conn, c.message_id, "stage_error", reason=reason, stage=c.stage.name, attempt=c.attempt,
+                  rolled_back=True)
+    except Exception as again:  # the database itself may be what failed
+        log.error("stage_error_unrecorded", message=c.message_id, stage=c.stage.name, error=type(again).__name__)
 
 
 def _take(conn: Conn, code: StageCode[L, W], message_id: int) -> Claim | None:
