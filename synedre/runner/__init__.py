@@ -112,7 +112,7 @@ def run(code: StageCode[L, W], message_id: int) -> Result:
     except _MovedMeanwhile as exc:
         return Skip(str(exc))
     except Exception as exc:
-        if instant and found.attempt is not None:
+        if instant and found is not None and found.attempt is not None:
             _rolled_back(found, exc)
         raise
     if isinstance(loaded, Skip):
