@@ -132,10 +132,12 @@ def cli(env, *args):
 def test_launch_resume_continues_a_hard_timed_out_launch_in_its_session(services, launch_env, repo, tmp_path):  # noqa: F811
     url, state = services["db"], tmp_path / "state"
     mid, = make_launchable(url, tmp_path)
-    busy = [step for i in range(8) for step in ([bash(f"echo turn {i}")], Sleep(0.5))]  # never idle
+    # never idle, and busy past the hard limit: 6 s from the CLI's start, so that its session id
+    # (what makes the launch resumable) is in even where the CLI takes 3 s to start
+    busy = [step for i in range(16) for step in ([bash(f"echo turn {i}")], Sleep(0.5))]
     api, env = launch_env(ScriptedModel([[bash(EARLY)], *busy, [bash(FINISH)], [bash(FINISH)]]))
     from tasks.app import app
-    stack.spawn_one({**env, "SYNEDRE_HARD_TIMEOUT_S": "3"}, services["logs"], mid, lambda: finished(url, 1), 60,
+    stack.spawn_one({**env, "SYNEDRE_HARD_TIMEOUT_S": "6"}, services["logs"], mid, lambda: finished(url, 1), 60,
                     "the hard-limited launch to stop")
     (launch_id, code, stop, salvage, session_id), = q(
         url, "SELECT id, exit_code, stop_reason, salvage, session_id FROM synedre.launches")
