@@ -44,11 +44,10 @@ from xml.sax.saxutils import escape
 
 from synedre.orchestrate import iso
 
-# BrowserUnavailable and kept_browser are part of this module's interface (stages/qa.py).
+# BrowserUnavailable is part of this module's interface (stages/qa.py).
 from synedre.orchestrate.browser import (
     Browser,
     BrowserUnavailable as BrowserUnavailable,
-    kept_browser as kept_browser,
     load_page,
 )
 
