@@ -45,6 +45,9 @@ RUN_TOKEN_VAR = "SYNEDRE_RUN_TOKEN"
 @dataclass(frozen=True)
 class Limits:
     idle_timeout_s: float = 1200.0  # no byte at all on the pty for this long -> "idle"
+    # Node's boot is not the model's silence: before the CLI's first byte, "idle" waits at
+    # least this long from the start (a CLI that never prints is still stopped, by this or "hard").
+    start_timeout_s: float = 30.0
     hard_timeout_s: float = 6600.0  # from the start -> "hard"
     budget_s: float = 2400.0        # the Python launch budget, also from the start -> "budget"
     result_grace_s: float = 5.0     # after the `result` event, before the group is killed
@@ -350,7 +353,8 @@ def _read(child: pexpect.spawn, stream: Reassembler, writer: EventWriter, limits
     if pgid != child.pid:
         raise RuntimeError(f"child {child.pid} does not lead its own process group ({pgid})")
     deadline, deadline_reason = min((limits.hard_timeout_s, "hard"), (limits.budget_s, "budget"))
-    last_byte, result_at = started, None
+    last_byte = started + max(0.0, limits.start_timeout_s - limits.idle_timeout_s)  # before the first byte
+    result_at = None
     while True:
         now = time.monotonic()
         if writer.error is not None:
