@@ -193,7 +193,8 @@ def test_without_keys_one_line_names_both_and_the_request_waits_with_that_reason
         reason = stack.wait_for(waiting, 60, "the request to wait", interval=1)
         assert "LLM unavailable" in reason and "no key (SYNEDRE_MISTRAL_API_KEY)" in reason, reason
         shown = t.synedre("inspect", "1").stdout
-        assert "waiting: retry 1/" in shown and "SYNEDRE_MISTRAL_API_KEY" in shown
+        # the attempt it shows depends on how long the calls above took: that it counts them is the point
+        assert re.search(r"waiting: retry \d+/", shown) and "SYNEDRE_MISTRAL_API_KEY" in shown, shown
     finally:
         t.ctrl_c()
     assert t.stopped_cleanly(), t.output()[-3000:]

@@ -89,6 +89,18 @@ def mailbox_env(dovecot: Dovecot, directory: Path, mailbox: str = "atlas", smtp:
     return {"SYNEDRE_MAILBOXES_FILE": str(path), "TEST_ATLAS_PASSWORD": dovecot.password}
 
 
+def status_start_s(env: dict[str, str]) -> float:
+    """How long `synedre status` takes to start here, now: a process importing what it imports
+    before its probes' clock starts (PROBES_BOUND_S bounds the probes, not the start, which a
+    loaded 2-core machine stretches to seconds)."""
+    code = ("import importlib, synedre.cli, synedre.health, tasks.app\n"
+            "from synedre.ai.providers import PROVIDERS\n"
+            "[importlib.import_module(p.sdk) for p in PROVIDERS.values() if p.url_variable]")
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, timeout=60, check=True)
+    return time.monotonic() - started
+
+
 def site_repo(path: Path, file: str = "README", text: str = "site\n", message: str = "init") -> Path:
     """A repository at `path` whose `preprod` branch holds one commit of one file."""
     path.mkdir()
