@@ -14,10 +14,18 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
+from psycopg_pool.base import AttemptWithBackoff
 
 from synedre.config import Settings, get_settings
 from synedre.db.types import Conn
 from synedre.log import log
+
+# The pool tries again to connect (and to check a connection it would hand out) after 1 s,
+# then twice as long each time, up to its reconnect_timeout: a worker whose database was down
+# 20 s served again 10 s after it was back, 60 s behind a two-minute restart. A refused
+# connection costs nothing, so attempts stay about a second apart (psycopg_pool has no setting
+# for it: this is its class's own constant).
+AttemptWithBackoff.DELAY_BACKOFF = 1.0
 
 _lock = threading.RLock()
 _pool: ConnectionPool[Conn] | None = None

@@ -33,3 +33,54 @@ def test_a_killed_embedded_server_is_restarted_on_the_same_url_and_stopped_on_re
     finally:
         assert db.stop_embedded(s) is True
     assert db.embedded_running(s) is False and db.stop_embedded(s) is False
+
+
+@pytest.mark.timeout(90)
+def test_a_worker_s_pool_serves_again_about_a_second_after_a_long_outage_ends(tmp_path, monkeypatch):
+    """Its reconnection attempts no longer back off exponentially: behind 20 s of outage they
+    stood at about 1, 3, 7, 15 then 31 s, and the pool served ~10 s after the server was back."""
+    import threading
+    import time
+
+    import psutil
+
+    from synedre.config import get_settings
+    from synedre.db import transaction
+
+    monkeypatch.setenv("SYNEDRE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("SYNEDRE_DATABASE_URL", raising=False)
+    get_settings.cache_clear()
+    monkeypatch.setattr(db, "_pool", None)
+    s = get_settings()
+    db.ensure_embedded(s)
+    served: list[float] = []
+
+    def ask() -> None:  # a worker's stage, trying again as the runner does
+        while True:
+            try:
+                with transaction() as c:
+                    c.execute("SELECT 1")
+                served.append(time.monotonic())
+                return
+            except psycopg.Error:
+                time.sleep(0.1)
+    try:
+        ask()
+        from pgserver.postgres_server import PostmasterInfo
+
+        postmaster = psutil.Process(PostmasterInfo.read_from_pgdata(db.embedded_pgdata(s)).pid)
+        for p in [postmaster, *postmaster.children(recursive=True)]:  # its backends too: every connection dies
+            p.kill()
+        stack.wait_for(lambda: not db.embedded_running(s), 10, "the postmaster to be gone")
+        asker = threading.Thread(target=ask, daemon=True)
+        asker.start()
+        time.sleep(20)
+        assert db.ensure_embedded(s) is True  # the fleet's watchdog
+        back = time.monotonic()
+        asker.join(40)
+        assert len(served) == 2 and served[1] - back < 3.0, [t - back for t in served]
+    finally:
+        if db._pool is not None:
+            db._pool.close()
+        db.stop_embedded(s)
+        get_settings.cache_clear()
