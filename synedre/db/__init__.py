@@ -1,6 +1,7 @@
 """Connection pool and the database URL (embedded pgserver when none is configured)."""
 from __future__ import annotations
 
+import logging
 import os
 import pwd
 import select
@@ -26,6 +27,28 @@ from synedre.log import log
 # connection costs nothing, so attempts stay about a second apart (psycopg_pool has no setting
 # for it: this is its class's own constant).
 AttemptWithBackoff.DELAY_BACKOFF = 1.0
+CONNECT_FAILURE_LOG_EVERY_S = 30.0
+
+
+class _ConnectFailures(logging.Filter):
+    """The pool's "error connecting" warning once per CONNECT_FAILURE_LOG_EVERY_S in a process:
+    an outage is said twice a minute by each worker, not at every attempt."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = -CONNECT_FAILURE_LOG_EVERY_S
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("error connecting"):
+            return True
+        now = time.monotonic()
+        if now - self.last < CONNECT_FAILURE_LOG_EVERY_S:
+            return False
+        self.last = now
+        return True
+
+
+logging.getLogger("psycopg.pool").addFilter(_ConnectFailures())
 
 _lock = threading.RLock()
 _pool: ConnectionPool[Conn] | None = None
