@@ -37,7 +37,7 @@ def _option(argv: list[str], flag: str) -> str:
 
 def _workers() -> dict[str, list[str]]:
     return {name: argv for name, s in SERVICES.items()
-            if (argv := _argv(s))[:4] == ["celery", "-A", "tasks", "worker"]}
+            if (argv := _argv(s))[:4] == ["python", "-m", "tasks", "worker"]}
 
 
 def _env_lines() -> dict[str, str]:
@@ -90,7 +90,7 @@ def test_every_synedre_service_waits_for_the_one_shot_migration():
 
 
 def test_beat_idle_and_flower_run_what_the_fleet_runs():
-    assert _argv(SERVICES["beat"])[:4] == ["celery", "-A", "tasks", "beat"]
+    assert _argv(SERVICES["beat"])[:4] == ["python", "-m", "tasks", "beat"]
     assert _option(_argv(SERVICES["beat"]), "-S") == "redbeat.RedBeatScheduler"
     assert _argv(SERVICES["idle"]) == ["synedre", "idle"]
     assert _argv(SERVICES["flower"]) == ["synedre", "flower"]
