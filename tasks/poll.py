@@ -17,7 +17,7 @@ TRANSIENT = (OSError, IMAPClientError, ConnectionError, psycopg.OperationalError
 
 @app.task(name="synedre.poll", bind=True, autoretry_for=TRANSIENT, retry_backoff=2,
           retry_backoff_max=30, max_retries=10, soft_time_limit=1800, time_limit=1900)
-def poll(self, mailbox_id: str = "atlas") -> dict:
+def poll(self, mailbox_id: str = "atlas", followup: bool = False) -> dict:
     structlog.contextvars.bind_contextvars(mailbox=mailbox_id, task_id=self.request.id)
     try:
         box = mailboxes.get(mailbox_id)
@@ -28,6 +28,8 @@ def poll(self, mailbox_id: str = "atlas") -> dict:
 
     def hand_on(mid: int) -> None:
         enqueue(first, mid)
+    if followup and not stage.still_asked(box):
+        return {"mailbox": mailbox_id, "skipped": "polled since"}
     try:
         report = stage.run_coalesced(box, hand_on)
     except mailboxes.LoginRefused as exc:
@@ -35,6 +37,11 @@ def poll(self, mailbox_id: str = "atlas") -> dict:
         # prints), and beat polls again.
         return {"mailbox": mailbox_id, "login_refused": str(exc)}
     if report is None:
+        if not followup:
+            # Its holder polls again for this one (the flag it left), unless it is killed first:
+            # then no poll would run before its lock expires and a trigger comes (beat's, a
+            # minute later). So once the lock's time is over, this one looks again.
+            poll.apply_async((mailbox_id,), {"followup": True}, countdown=stage.lock_left_s(box) + 1)
         return {"mailbox": mailbox_id, "skipped": "another poll holds the lock"}
     return {"mailbox": mailbox_id, "unseen": report.unseen, "inserted": len(report.inserted),
             "duplicates": report.duplicates, "failed_uids": report.failed_uids}

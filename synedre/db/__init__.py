@@ -48,7 +48,8 @@ class _ConnectFailures(logging.Filter):
         return True
 
 
-logging.getLogger("psycopg.pool").addFilter(_ConnectFailures())
+connect_failures = _ConnectFailures()
+logging.getLogger("psycopg.pool").addFilter(connect_failures)
 
 _lock = threading.RLock()
 _pool: ConnectionPool[Conn] | None = None

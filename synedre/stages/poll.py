@@ -228,7 +228,7 @@ def run_coalesced(mailbox: Mailbox, enqueue: Callable[[int], None],
 
     settings = settings or get_settings()
     r = kv.client()
-    key = f"synedre:poll:{mailbox.id}"
+    key = _lock_key(mailbox)
     r.set(f"{key}:again", 1, ex=600)
     # A short TTL renewed after every message: a killed poller blocks others briefly.
     lock = r.lock(key, timeout=settings.poll_lock_ttl_s, blocking=False, thread_local=False)
@@ -245,3 +245,24 @@ def run_coalesced(mailbox: Mailbox, enqueue: Callable[[int], None],
         if not r.delete(f"{key}:again"):
             break
     return report
+
+
+def _lock_key(mailbox: Mailbox) -> str:
+    return f"synedre:poll:{mailbox.id}"
+
+
+def still_asked(mailbox: Mailbox) -> bool:
+    """Whether a poll asked for while the lock was held is still waiting (`run_coalesced`'s
+    flag): its holder deletes the flag when it polls again for it."""
+    from synedre import kv
+
+    return bool(kv.client().exists(f"{_lock_key(mailbox)}:again"))
+
+
+def lock_left_s(mailbox: Mailbox) -> float:
+    """How long the mailbox's poll lock has left (0 when free): a holder killed mid-poll keeps
+    it this long."""
+    from synedre import kv
+
+    left: int = kv.client().pttl(_lock_key(mailbox))  # type: ignore[assignment]  # sync client
+    return max(0.0, left / 1000)

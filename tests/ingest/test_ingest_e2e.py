@@ -186,3 +186,32 @@ def test_worker_killed_between_commit_and_seen_loses_nothing_and_stores_once(ser
         assert queued == {f"[{mid}]"}  # handed on (again), nothing lost
     finally:
         worker.stop()
+
+
+def test_a_poll_asked_while_a_killed_poller_holds_the_lock_runs_once_the_lock_is_free(services, tmp_path):
+    """A poller killed mid-poll keeps the mailbox's lock until it expires; the one poll asked
+    for meanwhile (IDLE's, for mail that came then) finds it held and leaves it a flag that
+    nobody will honour. It looks again once the lock's time is over: the new mail is stored
+    with no other poll sent (beat's would come a minute later)."""
+    env = {**services["env"], "SYNEDRE_POLL_LOCK_TTL_S": "15"}
+    dovecot, url, logs = services["dovecot"], services["db"], services["logs"]
+    first, second = corpus()[1], corpus()[2]
+    append_all(dovecot, [first])
+    script = tmp_path / "crashing_worker.py"
+    script.write_text(CRASHING_WORKER)
+    crashing = stack.celery_worker(env, logs, pool="solo", concurrency=1, module=[str(script)])
+    send_poll(env)
+    stack.wait_for(lambda: not crashing.alive(), 60, "the worker to die")
+    crashing.stop()
+    append_all(dovecot, [second])  # arrives while the dead poller's lock holds
+
+    worker = stack.celery_worker(env, logs)
+    try:
+        send_poll(env)
+        stack.wait_for(lambda: "another poll holds the lock" in worker.output(), 30, "the poll to find the lock")
+        stack.wait_for(lambda: all_seen(dovecot), 40, "both UIDs \\Seen once the lock expired", interval=0.5)
+        assert q(url, "SELECT count(*) FROM synedre.raw_messages")[0][0] == 2
+        # the first again (committed, never \Seen: a duplicate) and the new one, by one poll
+        assert worker.output().count("'unseen': 2, 'inserted': 1, 'duplicates': 1") == 1
+    finally:
+        worker.stop()
