@@ -207,6 +207,8 @@ def test_a_poll_asked_while_a_killed_poller_holds_the_lock_runs_once_the_lock_is
 
     worker = stack.celery_worker(env, logs)
     try:
+        # the dead poller's lock, 8 s left whatever the worker's start took (its own TTL could run out)
+        services["redis"].set("synedre:poll:atlas", "killed-holder", px=8000)
         send_poll(env)
         stack.wait_for(lambda: "another poll holds the lock" in worker.output(), 30, "the poll to find the lock")
         stack.wait_for(lambda: all_seen(dovecot), 40, "both UIDs \\Seen once the lock expired", interval=0.5)
