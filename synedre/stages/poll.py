@@ -222,27 +222,29 @@ def run_coalesced(mailbox: Mailbox, enqueue: Callable[[int], None],
 
     Concurrent triggers (beat, IDLE, `celery call`) therefore never poll one mailbox
     twice at once, and none is lost: a trigger that finds the lock taken leaves a flag
-    the holder honours before it leaves. Returns None when another poll holds the lock.
+    the holder honours before it leaves (and, should the holder be killed first, looks again
+    once the lock's time is over: tasks/poll.py, `still_asked`, `lock_left_s`). Returns None
+    when another poll holds the lock.
     """
     from synedre import kv
 
     settings = settings or get_settings()
     r = kv.client()
-    key = _lock_key(mailbox)
-    r.set(f"{key}:again", 1, ex=600)
+    key, asked = _lock_key(mailbox), _asked_key(mailbox)
+    r.set(asked, 1, ex=600)
     # A short TTL renewed after every message: a killed poller blocks others briefly.
     lock = r.lock(key, timeout=settings.poll_lock_ttl_s, blocking=False, thread_local=False)
     report = None
     while lock.acquire(token=uuid.uuid4().hex):
         try:
-            r.delete(f"{key}:again")
+            r.delete(asked)
             report = poll(mailbox, enqueue, settings, heartbeat=lock.reacquire)
         finally:
             try:
                 lock.release()
             except Exception:  # expired while we worked: the next holder owns it now
                 pass
-        if not r.delete(f"{key}:again"):
+        if not r.delete(asked):
             break
     return report
 
@@ -251,12 +253,16 @@ def _lock_key(mailbox: Mailbox) -> str:
     return f"synedre:poll:{mailbox.id}"
 
 
+def _asked_key(mailbox: Mailbox) -> str:
+    return f"{_lock_key(mailbox)}:again"
+
+
 def still_asked(mailbox: Mailbox) -> bool:
     """Whether a poll asked for while the lock was held is still waiting (`run_coalesced`'s
     flag): its holder deletes the flag when it polls again for it."""
     from synedre import kv
 
-    return bool(kv.client().exists(f"{_lock_key(mailbox)}:again"))
+    return bool(kv.client().exists(_asked_key(mailbox)))
 
 
 def lock_left_s(mailbox: Mailbox) -> float:
