@@ -62,12 +62,13 @@ ONCE_EVENTS = ("poll_inserted", "classified", "materialized", "materialize_skipp
 INTENTS = ("question", "run", "noise", "conseil")
 # How long past the target a scenario keeps waiting, so a miss is measured, not guessed.
 OVERTIME_S = 40.0
-# The fleet's sweep period, its claims' lease and, with launches on, its launch locks'
-# lifetime, shortened from their defaults (15 s, 40 s, 60 s) so that a scenario takes a
+# The fleet's sweep period, its claims' lease, its poll lock's lifetime and, with launches on,
+# its launch locks' lifetime, shortened from their defaults so that a scenario takes a
 # fraction of the time; every bound below derives from them.
 SWEEP_EVERY_S = 5.0
 LOCK_TTL_S = 15.0
 CLAIM_LEASE_S = 12.0  # a killed worker's claim is offered again this soon (the default: 40 s)
+POLL_LOCK_TTL_S = 15.0  # a poller killed mid-poll holds the mailbox this long (the default: 60 s)
 # The recap's draft reply goes through the same LLM after a launch: its fixed opening.
 DRAFT_MARK = DRAFT_SYSTEM.split("{", 1)[0]
 
@@ -452,7 +453,7 @@ def fleet_env(workdir: Path, tag: str, redis_url: str, dovecot: Any, clamd: str,
         "SYNEDRE_MISTRAL_API_KEY": "test-key-not-secret", "SYNEDRE_MISTRAL_SERVER_URL": llm_url,
         "SYNEDRE_DKIM_KEYS_FILE": str(stack.CORPUS / "dkim-keys.json"), "SYNEDRE_LOG_LEVEL": "INFO",
         "SYNEDRE_LOG_FORMAT": "console", "FAULTS_RUN": tag, "SYNEDRE_SWEEP_EVERY_S": str(SWEEP_EVERY_S),
-        "SYNEDRE_CLAIM_LEASE_S": str(CLAIM_LEASE_S),
+        "SYNEDRE_CLAIM_LEASE_S": str(CLAIM_LEASE_S), "SYNEDRE_POLL_LOCK_TTL_S": str(POLL_LOCK_TTL_S),
         # no approval rule: the faults are about launches, not about the founder's OK
         "SYNEDRE_APPROVAL_POLICY_FILE": str(stack.ROOT / "tests" / "approval-policy.off.toml"),
     })
